@@ -1,0 +1,41 @@
+"""The `racklife` command. Each command group lives in its own module and is registered here."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from lifecycle.cli import inventory as _inventory
+from lifecycle.cli import nodes as _nodes
+from lifecycle.cli import workflows as _workflows
+
+app = typer.Typer(
+    name="racklife",
+    help="Bare-metal GPU racks from cabled and powered to accepted and serving.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(
+    db: str | None = typer.Option(
+        None, "--db", envvar="RACKLIFE_DB",
+        help="Database URL (sqlite:///PATH or postgresql://...). Default: ~/.racklife/racklife.sqlite.",
+    ),
+) -> None:
+    if db:
+        os.environ["RACKLIFE_DB"] = db
+
+
+app.add_typer(_inventory.app, name="inventory")
+app.add_typer(_nodes.nodes_app, name="nodes")
+app.add_typer(_nodes.node_app, name="node")
+app.add_typer(_workflows.app, name="workflows")
+# Command groups of other components register below, one line each.
+
+
+def main() -> None:
+    app()

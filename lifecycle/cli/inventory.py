@@ -1,0 +1,60 @@
+"""`racklife inventory validate|import`: check an inventory file and load it into the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, REFUSED, JsonOpt, emit_json, err_console, fail, out_console
+from lifecycle.model.inventory import Inventory, InventoryError, load_inventory
+from lifecycle.store import Store, StoreError
+
+app = typer.Typer(help="Validate and import inventory files.", no_args_is_help=True)
+
+
+def load_or_exit(path: Path, as_json: bool = False) -> Inventory:
+    """Load an inventory, or print every problem (file:line: field: message) and exit 2."""
+    try:
+        return load_inventory(path)
+    except InventoryError as exc:
+        if as_json:
+            emit_json({"valid": False, "problems": [
+                {"file": p.file, "line": p.line, "field": p.field, "message": p.message}
+                for p in exc.problems]})
+        else:
+            err_console.print(f"[bold red]{path}: {len(exc.problems)} problem(s):[/]")
+            for p in exc.problems:
+                err_console.print(f"  {p}", markup=False, soft_wrap=True)
+        raise typer.Exit(BAD_INPUT) from None
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="Inventory YAML file."), as_json: bool = JsonOpt) -> None:
+    """Validate FILE; list every problem with its line and field; exit 2 if any."""
+    inv = load_or_exit(file, as_json)
+    summary = {"valid": True, "site": inv.site.name, "racks": len(inv.racks), "nodes": len(inv.nodes),
+               "pools": inv.pool_names(), "images": [i.name for i in inv.images]}
+    if as_json:
+        emit_json(summary)
+    else:
+        out_console.print(f"{file}: valid — site {inv.site.name}, {len(inv.racks)} rack(s), "
+                          f"{len(inv.nodes)} node(s), pools {', '.join(inv.pool_names())}")
+
+
+@app.command("import")
+def import_(file: Path = typer.Argument(..., help="Inventory YAML file."), as_json: bool = JsonOpt) -> None:
+    """Load FILE's nodes into the store as `enrolled` (idempotent; nothing written on any error)."""
+    inv = load_or_exit(file, as_json)
+    store = Store()
+    try:
+        report = store.import_inventory(inv, reason=f"inventory import from {file}")
+    except StoreError as exc:
+        fail(str(exc), REFUSED)
+    finally:
+        store.close()
+    if as_json:
+        emit_json({"added": report.added, "updated": report.updated, "unchanged": report.unchanged})
+    else:
+        out_console.print(f"imported {file}: {len(report.added)} added, {len(report.updated)} updated, "
+                          f"{len(report.unchanged)} unchanged")

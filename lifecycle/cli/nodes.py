@@ -1,0 +1,100 @@
+"""`racklife nodes list` and `racklife node show|history`: what the store knows about nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.model.states import State
+from lifecycle.store import NodeNotFound, NodeRecord, Store
+
+nodes_app = typer.Typer(help="List nodes.", no_args_is_help=True)
+node_app = typer.Typer(help="Show one node.", no_args_is_help=True)
+
+
+def _summary(r: NodeRecord) -> dict[str, Any]:
+    return {"name": r.name, "state": r.state.value, "pool": r.pool, "rack": r.rack, "u": r.u,
+            "sku": r.sku, "serial": r.serial, "state_since": r.state_since.isoformat()}
+
+
+@nodes_app.command("list")
+def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in this state."),
+          pool: str | None = typer.Option(None, "--pool", help="Only nodes of this pool."),
+          rack: str | None = typer.Option(None, "--rack", help="Only nodes of this rack."),
+          as_json: bool = JsonOpt) -> None:
+    """List nodes with their state and pool."""
+    st: State | None = None
+    if state is not None:
+        try:
+            st = State(state)
+        except ValueError:
+            fail(f"unknown state '{state}' (states: {', '.join(s.value for s in State)})", BAD_INPUT)
+    store = Store()
+    try:
+        recs = store.list(state=st, pool=pool, rack=rack)
+    finally:
+        store.close()
+    if as_json:
+        emit_json([_summary(r) for r in recs])
+        return
+    emit_table(None, ["node", "state", "pool", "rack", "U", "sku", "since"],
+               [(r.name, r.state.value, r.pool, r.rack, r.u, r.sku, f"{r.state_since:%Y-%m-%d %H:%M:%S}")
+                for r in recs])
+
+
+def _get(store: Store, name: str) -> NodeRecord:
+    try:
+        return store.get(name)
+    except NodeNotFound as exc:
+        fail(str(exc), BAD_INPUT)
+
+
+@node_app.command("show")
+def show(name: str, as_json: bool = JsonOpt) -> None:
+    """Show a node: state, pool, inventory record and latest acceptance record."""
+    store = Store()
+    try:
+        rec = _get(store, name)
+        acc = store.acceptance_records(name)
+    finally:
+        store.close()
+    data = _summary(rec) | {"spec": rec.spec, "acceptance": [
+        {"id": a.id, "passed": a.passed, "level": a.level, "profile": a.profile,
+         "created_at": a.created_at.isoformat(), "expires_at": a.expires_at.isoformat(),
+         "accepted_by": a.accepted_by} for a in acc[:1]]}
+    if as_json:
+        emit_json(data)
+        return
+    out_console.print(f"[bold]{rec.name}[/]  state [cyan]{rec.state.value}[/] since "
+                      f"{rec.state_since:%Y-%m-%d %H:%M:%S}  pool {rec.pool}")
+    out_console.print(f"rack {rec.rack} U{rec.u}  sku {rec.sku}  serial {rec.serial}")
+    bmc = rec.spec.get("bmc", {})
+    out_console.print(f"bmc {bmc.get('driver')} {bmc.get('address')}  verify_tls={bmc.get('verify_tls', True)}")
+    for nic in rec.spec.get("nics", []):
+        out_console.print(f"nic {nic['name']} {nic['mac']} {nic.get('role', 'data')} {nic.get('ip') or ''}")
+    if acc:
+        a = acc[0]
+        out_console.print(f"acceptance {a.id}: {'PASS' if a.passed else 'FAIL'} ({a.level}, {a.profile}) "
+                          f"expires {a.expires_at:%Y-%m-%d}")
+    else:
+        out_console.print("acceptance: none")
+
+
+@node_app.command("history")
+def history(name: str, as_json: bool = JsonOpt) -> None:
+    """Every transition of a node: time, event, from → to, actor, reason, workflow run."""
+    store = Store()
+    try:
+        _get(store, name)
+        hist = store.history(name)
+    finally:
+        store.close()
+    if as_json:
+        emit_json([{"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None, "to": t.target.value,
+                    "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id} for t in hist])
+        return
+    emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "reason", "run"],
+               [(f"{t.at:%Y-%m-%d %H:%M:%S}", t.event, t.source.value if t.source else "-", t.target.value, t.actor.value,
+                 t.reason, t.run_id or "") for t in hist])

@@ -1,0 +1,87 @@
+"""`racklife workflows list|show|cancel|resume`: the durable runs behind every command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.workflows import engine, registry
+
+app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=True)
+
+_STATUSES = ("PENDING", "SUCCESS", "ERROR", "CANCELLED", "ENQUEUED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+
+
+def _run_json(r: engine.RunInfo) -> dict[str, Any]:
+    return {"id": r.id, "name": r.name, "status": r.status,
+            "created_at": r.created_at.isoformat() if r.created_at else None,
+            "updated_at": r.updated_at.isoformat() if r.updated_at else None,
+            "app_version": r.app_version, "executor": r.executor, "error": r.error}
+
+
+@app.command("list")
+def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', '.join(_STATUSES)}."),
+          limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JsonOpt) -> None:
+    """List workflow runs, newest first."""
+    if status is not None and status.upper() not in _STATUSES:
+        fail(f"unknown status '{status}' (one of {', '.join(_STATUSES)})", BAD_INPUT)
+    registry.launch()
+    try:
+        runs = engine.list_runs(status=status.upper() if status else None, limit=limit)
+    finally:
+        engine.shutdown()
+    if as_json:
+        emit_json([_run_json(r) for r in runs])
+        return
+    emit_table(None, ["id", "workflow", "status", "created", "executor"],
+               [(r.id, r.name, r.status, f"{r.created_at:%Y-%m-%d %H:%M:%S}" if r.created_at else "",
+                 r.executor) for r in runs])
+
+
+@app.command()
+def show(run_id: str, as_json: bool = JsonOpt) -> None:
+    """Show a run and its checkpointed steps."""
+    registry.launch()
+    try:
+        run = engine.get_run(run_id)
+        if run is None:
+            fail(f"no workflow run '{run_id}'", BAD_INPUT)
+        steps = engine.run_steps(run_id)
+    finally:
+        engine.shutdown()
+    if as_json:
+        emit_json(_run_json(run) | {"steps": [
+            {"step": s.step, "name": s.name, "output": s.output, "error": s.error} for s in steps]})
+        return
+    out_console.print(f"[bold]{run.id}[/] {run.name} [cyan]{run.status}[/] version {run.app_version}")
+    if run.error:
+        out_console.print(f"error: {run.error}", markup=False)
+    emit_table("steps", ["#", "step", "error"], [(s.step, s.name, s.error or "") for s in steps])
+
+
+@app.command()
+def cancel(run_id: str) -> None:
+    """Cancel a run: it stops at its next step boundary and is not recovered."""
+    registry.launch()
+    try:
+        if engine.get_run(run_id) is None:
+            fail(f"no workflow run '{run_id}'", BAD_INPUT)
+        engine.cancel(run_id)
+    finally:
+        engine.shutdown()
+    out_console.print(f"cancelled {run_id}")
+
+
+@app.command()
+def resume(run_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
+    """Resume a cancelled or failed run from its last checkpointed step."""
+    registry.launch()
+    try:
+        if engine.get_run(run_id) is None:
+            fail(f"no workflow run '{run_id}'", BAD_INPUT)
+        result = engine.resume(run_id, wait=wait)
+    finally:
+        engine.shutdown()
+    out_console.print(f"resumed {run_id}" + (f": {result}" if wait else ""))

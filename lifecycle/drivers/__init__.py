@@ -1,0 +1,1 @@
+"""One interface per outside concern (BMC, boot, Slurm, Kubernetes, remote), each with real and fake implementations."""

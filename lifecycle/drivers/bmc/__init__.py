@@ -1,0 +1,1 @@
+"""BMC drivers: one interface (base.BmcDriver), Redfish and IPMI implementations, and a fake."""

@@ -1,0 +1,1 @@
+"""Inventory, SKUs and the node state machine. Imports nothing else of racklife."""

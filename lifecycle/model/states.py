@@ -1,0 +1,172 @@
+"""The node lifecycle: the one place that knows which state follows which.
+
+States follow Ironic's verb pattern: an ``-ing`` state while work runs, a
+``*_failed`` state when it stops, and a stable target. Every legal move is a
+row of ``TRANSITIONS``: (from, event) -> to, plus who may ask for it. Code
+elsewhere asks :func:`next_state`; it never assigns a state itself. Illegal
+requests raise :class:`IllegalTransition`; nothing is "fixed up".
+
+Gates: ``join`` needs an acceptance record id, so a node cannot reach
+``in_service`` without evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class State(StrEnum):
+    ENROLLED = "enrolled"
+    INSPECTING = "inspecting"
+    INSPECT_FAILED = "inspect_failed"
+    AVAILABLE = "available"
+    PROVISIONING = "provisioning"
+    PROVISION_FAILED = "provision_failed"
+    PROVISIONED = "provisioned"
+    BURNING_IN = "burning_in"
+    ACCEPTED = "accepted"
+    QUARANTINED = "quarantined"
+    JOINING = "joining"
+    JOIN_FAILED = "join_failed"
+    IN_SERVICE = "in_service"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    REPROVISIONING = "reprovisioning"
+    UPGRADING = "upgrading"
+    UPGRADE_FAILED = "upgrade_failed"
+    REPAIRING = "repairing"
+    DECOMMISSIONING = "decommissioning"
+    DECOMMISSION_FAILED = "decommission_failed"
+    DECOMMISSIONED = "decommissioned"
+
+
+class Actor(StrEnum):
+    """Who asks for a transition."""
+
+    OPERATOR = "operator"  # a person, through the CLI or a stack
+    WORKFLOW = "workflow"  # a racklife workflow step
+    HEALTH = "health"  # a health check that found a fault
+
+
+S, A = State, Actor
+_ANY = frozenset({A.OPERATOR, A.WORKFLOW})
+_WF = frozenset({A.WORKFLOW})
+_QUAR = frozenset({A.OPERATOR, A.WORKFLOW, A.HEALTH})
+
+
+@dataclass(frozen=True)
+class Rule:
+    source: State
+    event: str
+    target: State
+    actors: frozenset[Actor]
+    needs_acceptance: bool = False
+
+
+def _rules() -> list[Rule]:
+    r: list[Rule] = []
+
+    def add(src: State | tuple[State, ...], event: str, dst: State, actors: frozenset[Actor] = _ANY,
+            gate: bool = False) -> None:
+        for s in src if isinstance(src, tuple) else (src,):
+            r.append(Rule(s, event, dst, actors, gate))
+
+    add((S.ENROLLED, S.INSPECT_FAILED, S.AVAILABLE), "inspect", S.INSPECTING)
+    add(S.INSPECTING, "inspect_done", S.AVAILABLE, _WF)
+    add(S.INSPECTING, "inspect_fail", S.INSPECT_FAILED, _WF)
+    add((S.AVAILABLE, S.PROVISION_FAILED, S.PROVISIONED), "provision", S.PROVISIONING)
+    add(S.PROVISIONING, "provision_done", S.PROVISIONED, _WF)
+    add(S.PROVISIONING, "provision_fail", S.PROVISION_FAILED, _WF)
+    add((S.PROVISIONED, S.ACCEPTED, S.QUARANTINED, S.DRAINED), "burn_in", S.BURNING_IN)
+    add(S.BURNING_IN, "accept", S.ACCEPTED)
+    add(S.BURNING_IN, "quarantine", S.QUARANTINED, _QUAR)
+    add((S.ACCEPTED, S.DRAINED, S.JOIN_FAILED), "join", S.JOINING, gate=True)
+    add(S.JOINING, "join_done", S.IN_SERVICE, _WF)
+    add(S.JOINING, "join_fail", S.JOIN_FAILED, _WF)
+    add((S.IN_SERVICE, S.JOIN_FAILED), "quarantine", S.QUARANTINED, _QUAR)
+    add(S.IN_SERVICE, "drain", S.DRAINING)
+    add(S.DRAINING, "drain_done", S.DRAINED, _WF)
+    add(S.DRAINING, "drain_abort", S.IN_SERVICE)
+    add((S.DRAINED, S.QUARANTINED), "reprovision", S.REPROVISIONING)
+    add(S.REPROVISIONING, "reprovision_done", S.PROVISIONED, _WF)
+    add(S.REPROVISIONING, "reprovision_fail", S.PROVISION_FAILED, _WF)
+    add((S.DRAINED, S.UPGRADE_FAILED), "upgrade", S.UPGRADING)
+    add(S.UPGRADING, "upgrade_done", S.PROVISIONED, _WF)
+    add(S.UPGRADING, "upgrade_fail", S.UPGRADE_FAILED, _WF)
+    add((S.DRAINED, S.QUARANTINED, S.UPGRADE_FAILED), "repair", S.REPAIRING)
+    # Repaired hardware may have new serials or MACs: inspect it again.
+    add(S.REPAIRING, "repair_done", S.INSPECTING, _WF)
+    add(
+        (S.ENROLLED, S.INSPECT_FAILED, S.AVAILABLE, S.PROVISION_FAILED, S.QUARANTINED,
+         S.DRAINED, S.UPGRADE_FAILED, S.DECOMMISSION_FAILED),
+        "decommission",
+        S.DECOMMISSIONING,
+    )
+    add(S.DECOMMISSIONING, "decommission_done", S.DECOMMISSIONED, _WF)
+    add(S.DECOMMISSIONING, "decommission_fail", S.DECOMMISSION_FAILED, _WF)
+    return r
+
+
+RULES: tuple[Rule, ...] = tuple(_rules())
+TRANSITIONS: dict[tuple[State, str], Rule] = {(r.source, r.event): r for r in RULES}
+EVENTS: tuple[str, ...] = tuple(dict.fromkeys(r.event for r in RULES))
+TERMINAL: frozenset[State] = frozenset({S.DECOMMISSIONED})
+
+
+class IllegalTransition(Exception):
+    """The request is not allowed from the node's current state or by this actor."""
+
+    def __init__(self, node: str, state: State, event: str, why: str) -> None:
+        self.node, self.state, self.event = node, state, event
+        super().__init__(f"node {node}: cannot '{event}' from state '{state}': {why}")
+
+
+def next_state(node: str, current: State, event: str, actor: Actor,
+               acceptance_record: str | None = None) -> State:
+    """The state after ``event``; raises IllegalTransition when the table does not allow it."""
+    rule = TRANSITIONS.get((current, event))
+    if rule is None:
+        legal = sorted(e for (s, e) in TRANSITIONS if s == current)
+        raise IllegalTransition(
+            node, current, event,
+            f"allowed from here: {', '.join(legal) if legal else 'nothing (terminal state)'}",
+        )
+    if actor not in rule.actors:
+        raise IllegalTransition(
+            node, current, event,
+            f"'{actor}' may not request it (only {', '.join(sorted(rule.actors))})",
+        )
+    if rule.needs_acceptance and not acceptance_record:
+        raise IllegalTransition(node, current, event, "no passing acceptance record (fail closed)")
+    return rule.target
+
+
+def allowed_events(current: State) -> list[str]:
+    return sorted(e for (s, e) in TRANSITIONS if s == current)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One recorded move: what, when, who, why, and which workflow run did it."""
+
+    node: str
+    source: State | None  # None for enrolment
+    target: State
+    event: str
+    actor: Actor
+    reason: str
+    run_id: str | None
+    at: datetime
+
+
+def mermaid() -> str:
+    """The state diagram as Mermaid, generated from the table (docs/state-machine.md)."""
+    lines = ["stateDiagram-v2", f"    [*] --> {S.ENROLLED.value}"]
+    for rule in RULES:
+        who = "/".join(sorted(a.value for a in rule.actors))
+        gate = " [acceptance]" if rule.needs_acceptance else ""
+        lines.append(f"    {rule.source.value} --> {rule.target.value}: {rule.event} ({who}){gate}")
+    lines.append(f"    {S.DECOMMISSIONED.value} --> [*]")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,12 @@
+"""Durable state: nodes, transitions, acceptance records and the evidence index."""
+
+from lifecycle.store.store import (
+    AcceptanceRecord,
+    ImportReport,
+    NodeNotFound,
+    NodeRecord,
+    Store,
+    StoreError,
+)
+
+__all__ = ["AcceptanceRecord", "ImportReport", "NodeNotFound", "NodeRecord", "Store", "StoreError"]

@@ -1,0 +1,128 @@
+"""Where racklife keeps durable state, and the tables it owns there.
+
+One database holds both DBOS's workflow checkpoints and racklife's own tables
+(nodes, transitions, acceptance records, evidence index), so a node's state
+and the workflow that changed it are committed to the same place. The
+embedded default is a SQLite file in WAL mode; a PostgreSQL URL works too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+
+nodes = sa.Table(
+    "racklife_nodes",
+    metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("serial", sa.String(64), nullable=False, unique=True),
+    sa.Column("rack", sa.String(63), nullable=False),
+    sa.Column("u", sa.Integer, nullable=False),
+    sa.Column("sku", sa.String(64), nullable=False),
+    sa.Column("pool", sa.String(63), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # the inventory record, canonical JSON
+    sa.Column("spec_sha256", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("state_since", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False, default=0),
+)
+
+transitions = sa.Table(
+    "racklife_transitions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), nullable=False, index=True),
+    sa.Column("source", sa.String(32), nullable=True),  # NULL for enrolment
+    sa.Column("target", sa.String(32), nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("actor", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("run_id", sa.String(128), nullable=True, index=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
+
+acceptance_records = sa.Table(
+    "racklife_acceptance_records",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), nullable=False, index=True),
+    sa.Column("passed", sa.Boolean, nullable=False),
+    sa.Column("level", sa.String(16), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("accepted_by", sa.String(128), nullable=False),  # operator or policy
+    sa.Column("run_id", sa.String(128), nullable=True),
+    sa.Column("summary", sa.Text, nullable=False),  # JSON: verdicts, thresholds, versions
+    sa.Column("evidence_dir", sa.Text, nullable=True),
+    sa.Column("evidence_sha256", sa.String(64), nullable=True),
+)
+
+evidence = sa.Table(
+    "racklife_evidence",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("record_id", sa.String(64), sa.ForeignKey("racklife_acceptance_records.id"),
+              nullable=False, index=True),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))
+
+
+def default_url() -> str:
+    """``RACKLIFE_DB`` if set, else a SQLite file under ``RACKLIFE_HOME`` (default ~/.racklife)."""
+    url = os.environ.get("RACKLIFE_DB")
+    if url:
+        return url
+    return f"sqlite:///{default_home() / 'racklife.sqlite'}"
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def prepare_sqlite(url: str) -> None:
+    """Create the directory and switch the file to WAL before DBOS or we open it."""
+    path = sa.engine.make_url(url).database
+    if not path or path == ":memory:":
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    engine.dispose()
+
+
+def sqlalchemy_url(url: str) -> str:
+    """DBOS takes ``postgresql://``; SQLAlchemy needs the psycopg 3 driver named."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    if is_sqlite(url):
+        prepare_sqlite(url)
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+    else:
+        engine = sa.create_engine(sqlalchemy_url(url), pool_pre_ping=True)
+    metadata.create_all(engine)
+    return engine

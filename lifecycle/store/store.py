@@ -1,0 +1,308 @@
+"""Reads and writes of racklife's own tables.
+
+Every write of a node's state goes through :meth:`Store.transition`, which
+asks the state machine for the next state and records the move in the same
+transaction (history is append-only). A transition replayed by a resumed
+workflow with the same run id is recognised and not recorded twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from lifecycle.model.inventory import Inventory, Node
+from lifecycle.model.states import (
+    Actor,
+    IllegalTransition,
+    State,
+    Transition,
+    next_state,
+)
+from lifecycle.store import db
+
+# A node whose spec may not change under it: a scheduler is using it.
+_FROZEN_STATES = frozenset({State.JOINING, State.IN_SERVICE, State.DRAINING})
+
+
+class StoreError(Exception):
+    """A request the store refuses (unknown node, changed in-service node, ...)."""
+
+
+class NodeNotFound(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no node named '{name}' in the store (import an inventory first)")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    serial: str
+    rack: str
+    u: int
+    sku: str
+    pool: str
+    state: State
+    state_since: datetime
+    spec: dict[str, Any]
+
+    def node(self) -> Node:
+        return Node.model_validate(self.spec)
+
+
+@dataclass
+class ImportReport:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AcceptanceRecord:
+    id: str
+    node: str
+    passed: bool
+    level: str
+    profile: str
+    created_at: datetime
+    expires_at: datetime
+    accepted_by: str
+    run_id: str | None
+    summary: dict[str, Any]
+    evidence_dir: str | None
+    evidence_sha256: str | None
+
+    def valid_at(self, when: datetime) -> bool:
+        return self.passed and when < self.expires_at
+
+
+def _canonical(node: Node) -> tuple[str, str]:
+    text = json.dumps(node.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return text, hashlib.sha256(text.encode()).hexdigest()
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; everything we store is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
+        self.url = url or db.default_url()
+        self.engine = engine or db.make_engine(self.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    # ------------------------------------------------------------ inventory
+
+    def import_inventory(self, inv: Inventory, actor: Actor = Actor.OPERATOR,
+                         reason: str = "inventory import") -> ImportReport:
+        """Load nodes as ``enrolled``; idempotent; all-or-nothing.
+
+        A node whose record changed is updated unless a scheduler is using it
+        (joining, in service, draining): then the whole import is refused.
+        """
+        report = ImportReport()
+        now = _now()
+        with self._tx() as conn:
+            existing = {r.name: r for r in conn.execute(sa.select(db.nodes))}
+            refused = []
+            for node in inv.nodes:
+                spec, sha = _canonical(node)
+                row = existing.get(node.name)
+                if row is None:
+                    continue
+                if row.spec_sha256 != sha and State(row.state) in _FROZEN_STATES:
+                    refused.append(f"{node.name} (state {row.state})")
+            if refused:
+                raise StoreError(
+                    "refusing to change nodes that a scheduler is using; drain them first: "
+                    + ", ".join(refused)
+                )
+            for node in inv.nodes:
+                spec, sha = _canonical(node)
+                row = existing.get(node.name)
+                values = dict(serial=node.serial, rack=node.rack, u=node.u, sku=node.sku,
+                              pool=node.pool, spec=spec, spec_sha256=sha)
+                if row is None:
+                    conn.execute(sa.insert(db.nodes).values(
+                        name=node.name, state=State.ENROLLED.value, state_since=now,
+                        generation=0, **values))
+                    conn.execute(sa.insert(db.transitions).values(
+                        node=node.name, source=None, target=State.ENROLLED.value,
+                        event="enroll", actor=actor.value, reason=reason, run_id=None, at=now))
+                    report.added.append(node.name)
+                elif row.spec_sha256 != sha:
+                    conn.execute(sa.update(db.nodes).where(db.nodes.c.name == node.name)
+                                 .values(**values))
+                    report.updated.append(node.name)
+                else:
+                    report.unchanged.append(node.name)
+        return report
+
+    # ------------------------------------------------------------ reads
+
+    @staticmethod
+    def _record(row: Any) -> NodeRecord:
+        return NodeRecord(row.name, row.serial, row.rack, row.u, row.sku, row.pool,
+                          State(row.state), _aware(row.state_since), json.loads(row.spec))
+
+    def get(self, name: str) -> NodeRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(db.nodes).where(db.nodes.c.name == name)).first()
+        if row is None:
+            raise NodeNotFound(name)
+        return self._record(row)
+
+    def list(self, state: State | None = None, pool: str | None = None,
+             rack: str | None = None) -> list[NodeRecord]:
+        q = sa.select(db.nodes).order_by(db.nodes.c.rack, db.nodes.c.u, db.nodes.c.name)
+        if state is not None:
+            q = q.where(db.nodes.c.state == state.value)
+        if pool is not None:
+            q = q.where(db.nodes.c.pool == pool)
+        if rack is not None:
+            q = q.where(db.nodes.c.rack == rack)
+        with self.engine.connect() as conn:
+            return [self._record(r) for r in conn.execute(q)]
+
+    def history(self, name: str) -> list[Transition]:
+        self.get(name)
+        q = (sa.select(db.transitions).where(db.transitions.c.node == name)
+             .order_by(db.transitions.c.id))
+        with self.engine.connect() as conn:
+            return [
+                Transition(r.node, State(r.source) if r.source else None,
+                           State(r.target), r.event, Actor(r.actor), r.reason, r.run_id,
+                           _aware(r.at))
+                for r in conn.execute(q)
+            ]
+
+    # ------------------------------------------------------------ state
+
+    def transition(self, name: str, event: str, actor: Actor, reason: str,
+                   run_id: str | None = None, acceptance_record: str | None = None) -> Transition:
+        """Apply ``event`` to the node, atomically; return the recorded transition.
+
+        Replaying the same (event, run_id) that produced the current state
+        returns the recorded transition instead of failing: a workflow step
+        cut off after its commit runs again after a crash.
+        """
+        if not reason.strip():
+            raise StoreError("a transition needs a reason")
+        with self._tx() as conn:
+            row = conn.execute(sa.select(db.nodes).where(db.nodes.c.name == name)).first()
+            if row is None:
+                raise NodeNotFound(name)
+            current = State(row.state)
+            if run_id is not None:
+                last = conn.execute(
+                    sa.select(db.transitions).where(db.transitions.c.node == name)
+                    .order_by(db.transitions.c.id.desc()).limit(1)).first()
+                if (last is not None and last.run_id == run_id and last.event == event
+                        and last.target == current.value):
+                    return Transition(name, State(last.source) if last.source else None, current, event, Actor(last.actor),
+                                      last.reason, run_id, _aware(last.at))
+            if acceptance_record is not None:
+                self._check_acceptance(conn, name, acceptance_record, current)
+            target = next_state(name, current, event, actor, acceptance_record)
+            now = _now()
+            updated = conn.execute(
+                sa.update(db.nodes)
+                .where(db.nodes.c.name == name, db.nodes.c.state == current.value)
+                .values(state=target.value, state_since=now,
+                        generation=db.nodes.c.generation + 1))
+            if updated.rowcount != 1:
+                raise StoreError(f"node {name} changed state concurrently; retry")
+            conn.execute(sa.insert(db.transitions).values(
+                node=name, source=current.value, target=target.value, event=event,
+                actor=actor.value, reason=reason, run_id=run_id, at=now))
+        return Transition(name, current, target, event, actor, reason, run_id, now)
+
+    def set_pool(self, name: str, pool: str) -> None:
+        """Record the pool a node serves (role swap); the state machine is untouched."""
+        with self._tx() as conn:
+            res = conn.execute(sa.update(db.nodes).where(db.nodes.c.name == name).values(pool=pool))
+            if res.rowcount != 1:
+                raise NodeNotFound(name)
+
+    # ------------------------------------------------------------ acceptance
+
+    def add_acceptance_record(self, rec: AcceptanceRecord,
+                              files: Sequence[tuple[str, str, int]] = ()) -> None:
+        with self._tx() as conn:
+            if conn.execute(sa.select(db.nodes.c.name).where(db.nodes.c.name == rec.node)).first() is None:
+                raise NodeNotFound(rec.node)
+            conn.execute(sa.insert(db.acceptance_records).values(
+                id=rec.id, node=rec.node, passed=rec.passed, level=rec.level,
+                profile=rec.profile, created_at=rec.created_at, expires_at=rec.expires_at,
+                accepted_by=rec.accepted_by, run_id=rec.run_id,
+                summary=json.dumps(rec.summary, sort_keys=True),
+                evidence_dir=rec.evidence_dir, evidence_sha256=rec.evidence_sha256))
+            for path, sha, size in files:
+                conn.execute(sa.insert(db.evidence).values(
+                    record_id=rec.id, path=path, sha256=sha, size=size))
+
+    def acceptance_records(self, node: str) -> list[AcceptanceRecord]:
+        q = (sa.select(db.acceptance_records).where(db.acceptance_records.c.node == node)
+             .order_by(db.acceptance_records.c.created_at.desc()))
+        with self.engine.connect() as conn:
+            return [self._acc(r) for r in conn.execute(q)]
+
+    def valid_acceptance(self, node: str, at: datetime | None = None) -> AcceptanceRecord | None:
+        """The newest passing, unexpired record, or None (fail closed)."""
+        when = at or _now()
+        for rec in self.acceptance_records(node):
+            return rec if rec.valid_at(when) else None
+        return None
+
+    @staticmethod
+    def _acc(r: Any) -> AcceptanceRecord:
+        return AcceptanceRecord(r.id, r.node, bool(r.passed), r.level, r.profile,
+                                _aware(r.created_at), _aware(r.expires_at), r.accepted_by,
+                                r.run_id, json.loads(r.summary), r.evidence_dir,
+                                r.evidence_sha256)
+
+    def _check_acceptance(self, conn: Connection, node: str, record_id: str,
+                          current: State) -> None:
+        r = conn.execute(sa.select(db.acceptance_records)
+                         .where(db.acceptance_records.c.id == record_id)).first()
+        if r is None or r.node != node:
+            raise IllegalTransition(node, current, "join",
+                                    f"acceptance record '{record_id}' not found for this node")
+        rec = self._acc(r)
+        if not rec.valid_at(_now()):
+            why = "did not pass" if not rec.passed else f"expired at {rec.expires_at:%Y-%m-%d %H:%M}Z"
+            raise IllegalTransition(node, current, "join",
+                                    f"acceptance record {record_id} {why} (fail closed)")
+        # Evidence from before the node's last (re)provisioning proves nothing about it now.
+        last_build = conn.execute(
+            sa.select(sa.func.max(db.transitions.c.at)).where(
+                db.transitions.c.node == node,
+                db.transitions.c.target == State.PROVISIONED.value)).scalar()
+        if last_build is not None and rec.created_at < _aware(last_build):
+            raise IllegalTransition(node, current, "join",
+                                    f"acceptance record {record_id} predates the node's last "
+                                    "provisioning (fail closed)")
+
+
+def validity(days: int) -> timedelta:
+    return timedelta(days=days)

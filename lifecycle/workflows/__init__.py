@@ -1,0 +1,1 @@
+"""Workflows: idempotent, journaled steps over drivers, run durably by DBOS."""

@@ -1,0 +1,146 @@
+"""The durable workflow engine: DBOS Transact, configured once for racklife.
+
+Why DBOS: each workflow step is checkpointed in the same database as our own
+tables, so a controller killed at any point resumes from the last finished
+step. What we design for (DBOS traits):
+
+* A step cut off by a crash runs again: every step reads actual state first,
+  or passes ``run_id:step`` as an idempotency token (see ``step_token``).
+* In-flight workflows carry the application version that started them; a
+  controller only recovers workflows of its own version. ``APP_VERSION`` is
+  pinned and bumped deliberately; a changed step inside a released workflow
+  uses ``DBOS.patch`` instead of a bump.
+* Each controller has a stable ``executor_id`` (``RACKLIFE_EXECUTOR_ID``, else
+  the host name) so it recovers exactly its own pending workflows.
+* Queues are registered after launch (``register_queue``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+from lifecycle.store import db
+
+APP_VERSION = "racklife-0.1"
+
+_launched_url: str | None = None
+
+
+def executor_id() -> str:
+    return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
+
+
+def launch(url: str | None = None, *, executor: str | None = None) -> str:
+    """Configure and launch DBOS on ``url`` (default: the store's URL); return the URL.
+
+    Pending workflows of this executor and version are recovered on launch.
+    """
+    global _launched_url
+    url = url or db.default_url()
+    if _launched_url is not None:
+        if _launched_url != url:
+            raise RuntimeError(f"DBOS already launched on {_launched_url}")
+        return url
+    if db.is_sqlite(url):
+        db.prepare_sqlite(url)  # WAL before DBOS opens the file
+    config: DBOSConfig = {
+        "name": "racklife",
+        "system_database_url": url,
+        "application_version": APP_VERSION,
+        "executor_id": executor or executor_id(),
+        "log_level": os.environ.get("RACKLIFE_DBOS_LOG_LEVEL", "WARNING"),
+        "notification_listener_polling_interval_sec": 0.1,
+    }
+    DBOS(config=config)
+    DBOS.launch()
+    _launched_url = url
+    return url
+
+
+def shutdown() -> None:
+    global _launched_url
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+    _launched_url = None
+
+
+def register_queue(name: str, concurrency: int) -> None:
+    DBOS.register_queue(name, worker_concurrency=concurrency)
+
+
+def step_token(run_id: str, step: str) -> str:
+    """A deterministic idempotency token for a side effect of one step of one run."""
+    return f"{run_id}:{step}"
+
+
+def with_id(workflow_id: str) -> SetWorkflowID:
+    """Context manager: start the next workflow with this id (idempotent start)."""
+    return SetWorkflowID(workflow_id)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: str
+    name: str
+    status: str
+    created_at: datetime | None
+    updated_at: datetime | None
+    app_version: str | None
+    executor: str | None
+    error: str | None
+    inputs: Any = None
+    output: Any = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    name: str
+    output: Any
+    error: str | None
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+def _info(s: Any) -> RunInfo:
+    return RunInfo(
+        id=s.workflow_id, name=s.name, status=s.status,
+        created_at=_ts(s.created_at), updated_at=_ts(s.updated_at),
+        app_version=s.app_version, executor=s.executor_id,
+        error=str(s.error) if s.error else None,
+        inputs=s.input, output=s.output,
+    )
+
+
+def list_runs(status: str | None = None, name: str | None = None, limit: int = 100) -> list[RunInfo]:
+    runs = DBOS.list_workflows(status=status, name=name, limit=limit, sort_desc=True)
+    return [_info(s) for s in runs]
+
+
+def get_run(workflow_id: str) -> RunInfo | None:
+    runs = DBOS.list_workflows(workflow_ids=[workflow_id])
+    return _info(runs[0]) if runs else None
+
+
+def run_steps(workflow_id: str) -> list[StepRecord]:
+    return [
+        StepRecord(s["function_id"], s["function_name"], s["output"],
+                   str(s["error"]) if s["error"] else None)
+        for s in DBOS.list_workflow_steps(workflow_id)
+    ]
+
+
+def cancel(workflow_id: str) -> None:
+    DBOS.cancel_workflow(workflow_id)
+
+
+def resume(workflow_id: str, wait: bool = True) -> Any:
+    handle = DBOS.resume_workflow(workflow_id)
+    return handle.get_result() if wait else None

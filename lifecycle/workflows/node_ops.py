@@ -1,0 +1,42 @@
+"""Steps every workflow shares: moving a node through the state machine, durably.
+
+A transition is a DBOS step that carries the workflow id as its run id; the
+store treats a replay of the same (event, run id) as already done, so a step
+cut off after its commit is harmless when it runs again.
+"""
+
+from __future__ import annotations
+
+from dbos import DBOS
+
+from lifecycle.model.states import Actor
+from lifecycle.store import Store
+
+
+def current_run_id() -> str:
+    wid = DBOS.workflow_id
+    if wid is None:
+        raise RuntimeError("not inside a workflow")
+    return wid
+
+
+@DBOS.step()
+def transition(node: str, event: str, reason: str, actor: str = Actor.WORKFLOW.value,
+               acceptance_record: str | None = None) -> str:
+    """Apply ``event`` to ``node`` as part of the current run; return the new state."""
+    store = Store()
+    try:
+        t = store.transition(node, event, Actor(actor), reason, run_id=current_run_id(),
+                             acceptance_record=acceptance_record)
+    finally:
+        store.close()
+    return t.target.value
+
+
+@DBOS.step()
+def node_state(node: str) -> str:
+    store = Store()
+    try:
+        return store.get(node).state.value
+    finally:
+        store.close()

@@ -1,0 +1,1 @@
+"""Pulumi programs and components; dynamic providers are thin adapters over workflows."""
