@@ -8,6 +8,7 @@ import typer
 
 from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import nodes as _nodes
+from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import workflows as _workflows
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ app.add_typer(_nodes.nodes_app, name="nodes")
 app.add_typer(_nodes.node_app, name="node")
 app.add_typer(_workflows.app, name="workflows")
 # Command groups of other components register below, one line each.
+app.add_typer(_slurm.app, name="slurm")
 
 
 def main() -> None:

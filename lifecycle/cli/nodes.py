@@ -33,7 +33,7 @@ def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in 
             fail(f"unknown state '{state}' (states: {', '.join(s.value for s in State)})", BAD_INPUT)
     store = Store()
     try:
-        recs = store.list(state=st, pool=pool, rack=rack)
+        recs = store.nodes(state=st, pool=pool, rack=rack)
     finally:
         store.close()
     if as_json:
@@ -92,9 +92,10 @@ def history(name: str, as_json: bool = JsonOpt) -> None:
     finally:
         store.close()
     if as_json:
-        emit_json([{"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None, "to": t.target.value,
-                    "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id} for t in hist])
+        emit_json([{"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None,
+                    "to": t.target.value, "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id}
+                   for t in hist])
         return
     emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "reason", "run"],
-               [(f"{t.at:%Y-%m-%d %H:%M:%S}", t.event, t.source.value if t.source else "-", t.target.value, t.actor.value,
-                 t.reason, t.run_id or "") for t in hist])
+               [(f"{t.at:%Y-%m-%d %H:%M:%S}", t.event, t.source.value if t.source else "-", t.target.value,
+                 t.actor.value, t.reason, t.run_id or "") for t in hist])

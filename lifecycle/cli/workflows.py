@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
-from lifecycle.workflows import engine, registry
+
+if TYPE_CHECKING:
+    from lifecycle.workflows import engine
 
 app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=True)
 
 _STATUSES = ("PENDING", "SUCCESS", "ERROR", "CANCELLED", "ENQUEUED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
+
+
+def _launch() -> Any:
+    # DBOS is heavy to import: only commands that need it pay for it.
+    from lifecycle.workflows import engine, registry
+
+    registry.launch()
+    return engine
 
 
 def _run_json(r: engine.RunInfo) -> dict[str, Any]:
@@ -27,7 +37,7 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
     """List workflow runs, newest first."""
     if status is not None and status.upper() not in _STATUSES:
         fail(f"unknown status '{status}' (one of {', '.join(_STATUSES)})", BAD_INPUT)
-    registry.launch()
+    engine = _launch()
     try:
         runs = engine.list_runs(status=status.upper() if status else None, limit=limit)
     finally:
@@ -43,7 +53,7 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
 @app.command()
 def show(run_id: str, as_json: bool = JsonOpt) -> None:
     """Show a run and its checkpointed steps."""
-    registry.launch()
+    engine = _launch()
     try:
         run = engine.get_run(run_id)
         if run is None:
@@ -64,7 +74,7 @@ def show(run_id: str, as_json: bool = JsonOpt) -> None:
 @app.command()
 def cancel(run_id: str) -> None:
     """Cancel a run: it stops at its next step boundary and is not recovered."""
-    registry.launch()
+    engine = _launch()
     try:
         if engine.get_run(run_id) is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
@@ -77,7 +87,7 @@ def cancel(run_id: str) -> None:
 @app.command()
 def resume(run_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
     """Resume a cancelled or failed run from its last checkpointed step."""
-    registry.launch()
+    engine = _launch()
     try:
         if engine.get_run(run_id) is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)

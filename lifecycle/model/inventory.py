@@ -37,6 +37,7 @@ _CRED_RE = re.compile(r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s]+)$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?$")
 
 BUILTIN_POOLS = ("burn-in", "quarantine", "spare")
+_SECRET_KEYS = frozenset({"password", "passwd", "secret", "username", "user", "token"})
 
 
 def _rfc1123(value: str) -> str:
@@ -102,18 +103,6 @@ class BmcSpec(_Model):
     verify_tls: bool = True
     system: str | None = None
     """Redfish system id on a BMC that manages several; default: the only one."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literal_secrets(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key in ("password", "passwd", "secret", "username", "user"):
-                if key in data:
-                    raise ValueError(
-                        f"'{key}' is not allowed here: give 'credentials: env:VARIABLE' "
-                        "or 'credentials: file:/path' instead of literal credentials"
-                    )
-        return data
 
     @field_validator("address")
     @classmethod
@@ -285,7 +274,7 @@ def _walk(loader: _MarkedLoader, node: yaml.Node, path: Path_) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = loader.construct_object(key_node, deep=True)
             key_s = key if isinstance(key, str) else str(key)
             child = (*path, key_s)
             if key_s in out:
@@ -295,13 +284,13 @@ def _walk(loader: _MarkedLoader, node: yaml.Node, path: Path_) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_walk(loader, item, (*path, i)) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    return loader.construct_object(node, deep=True)
 
 
 def _parse_yaml(text: str, file: str) -> tuple[Any, dict[Path_, int], list[Problem]]:
     loader = _MarkedLoader(text)
     try:
-        root = loader.get_single_node()  # type: ignore[no-untyped-call]
+        root = loader.get_single_node()
         if root is None:
             raise InventoryError([Problem(1, "<document>", "the file is empty", file)])
         data = _walk(loader, root, ())
@@ -311,7 +300,7 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, dict[Path_, int], list[Probl
             [Problem(line, "<yaml>", f"not valid YAML: {exc.problem}", file)]
         ) from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     problems = [
         Problem(line, _fmt(p, data), "duplicate key (YAML would silently keep the last)", file)
         for p, line in loader.duplicates
@@ -363,7 +352,8 @@ def _cross_checks(data: Any) -> list[tuple[Path_, str]]:
         for i, r in enumerate(racks):
             if isinstance(r, dict) and isinstance(r.get("name"), str):
                 if r["name"] in seen_racks:
-                    found.append((("racks", i, "name"), f"duplicate rack name '{r['name']}' (first at racks[{seen_racks[r['name']]}])"))
+                    first = seen_racks[r["name"]]
+                    found.append((("racks", i, "name"), f"duplicate rack name '{r['name']}' (first at racks[{first}])"))
                 seen_racks.setdefault(r["name"], i)
 
     firsts: dict[tuple[str, str], str] = {}
@@ -406,13 +396,15 @@ def _cross_checks(data: Any) -> list[tuple[Path_, str]]:
                         unique("IP", nic.get("ip"), ("nodes", i, "nics", j, "ip"), f"{who}.nics[{j}]")
         rack = n.get("rack")
         if isinstance(rack, str) and rack not in rack_names:
-            found.append((("nodes", i, "rack"), f"unknown rack '{rack}' (racks: {', '.join(sorted(str(r) for r in rack_names))})"))
+            known = ", ".join(sorted(str(r) for r in rack_names))
+            found.append((("nodes", i, "rack"), f"unknown rack '{rack}' (racks: {known})"))
         pool = n.get("pool")
         if isinstance(pool, str) and pool not in pool_names:
             found.append((("nodes", i, "pool"), f"unknown pool '{pool}' (pools: {', '.join(sorted(pool_names))})"))
         image = n.get("image")
         if isinstance(image, str) and image not in image_names:
-            found.append((("nodes", i, "image"), f"unknown image '{image}' (images: {', '.join(sorted(str(x) for x in image_names)) or 'none defined'})"))
+            known = ", ".join(sorted(str(x) for x in image_names)) or "none defined"
+            found.append((("nodes", i, "image"), f"unknown image '{image}' (images: {known})"))
         u = n.get("u")
         if isinstance(rack, str) and isinstance(u, int):
             if (rack, u) in positions:
@@ -436,6 +428,9 @@ def parse_inventory(text: str, file: str = "<inventory>") -> Inventory:
             msg = str(err["msg"]).removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
+                if loc and loc[-1] in _SECRET_KEYS:
+                    msg = (f"'{loc[-1]}' is not allowed: give 'credentials: env:VARIABLE' or "
+                           "'credentials: file:/path'; literal credentials never go in the inventory")
             problems.append(Problem(_line_of(lines, loc), _fmt(loc, data), msg, file))
     if problems or inv is None:
         raise InventoryError(problems)

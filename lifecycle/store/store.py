@@ -172,7 +172,7 @@ class Store:
             raise NodeNotFound(name)
         return self._record(row)
 
-    def list(self, state: State | None = None, pool: str | None = None,
+    def nodes(self, state: State | None = None, pool: str | None = None,
              rack: str | None = None) -> list[NodeRecord]:
         q = sa.select(db.nodes).order_by(db.nodes.c.rack, db.nodes.c.u, db.nodes.c.name)
         if state is not None:
@@ -219,8 +219,9 @@ class Store:
                     .order_by(db.transitions.c.id.desc()).limit(1)).first()
                 if (last is not None and last.run_id == run_id and last.event == event
                         and last.target == current.value):
-                    return Transition(name, State(last.source) if last.source else None, current, event, Actor(last.actor),
-                                      last.reason, run_id, _aware(last.at))
+                    source = State(last.source) if last.source else None
+                    return Transition(name, source, current, event, Actor(last.actor), last.reason, run_id,
+                                      _aware(last.at))
             if acceptance_record is not None:
                 self._check_acceptance(conn, name, acceptance_record, current)
             target = next_state(name, current, event, actor, acceptance_record)

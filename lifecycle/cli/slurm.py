@@ -1,0 +1,121 @@
+"""`racklife slurm render|status`: Slurm configuration from the inventory, and who holds which node.
+
+``status`` shows, next to each node's state, who owns its drain: racklife
+(with the run that set it) or someone else, so an operator sees at once which
+drains automation may lift and which it will leave alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from lifecycle.cli._common import (
+    JsonOpt,
+    emit_json,
+    emit_table,
+    fail,
+    out_console,
+)
+from lifecycle.cli.inventory import load_or_exit
+from lifecycle.drivers.errors import DriverError
+from lifecycle.drivers.slurm.driver import SlurmDriver
+from lifecycle.drivers.slurm.render import RenderOptions, render
+from lifecycle.drivers.slurm.runner import CommandRunner, RestClient
+
+app = typer.Typer(help="Slurm configuration and state.", no_args_is_help=True)
+
+TOKEN_ENV = "RACKLIFE_SLURM_JWT"  # noqa: S105 (the name of a variable, not a secret)
+
+
+@app.command("render")
+def render_cmd(
+    inventory: Path = typer.Option(..., "--inventory", help="Inventory YAML file."),
+    out: Path = typer.Option(..., "--out", help="Directory to write the files into."),
+    topology: str = typer.Option("tree", "--topology", help="tree (switches) or block (NVLink, 23.11+)."),
+    controller: str = typer.Option("slurmctld", "--controller", help="SlurmctldHost."),
+    cluster_name: str | None = typer.Option(None, "--cluster-name", help="Default: the site name."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write slurm.conf, gres.conf, topology.conf and cgroup.conf for INVENTORY into OUT."""
+    if topology not in ("tree", "block"):
+        fail("--topology must be 'tree' or 'block'")
+    inv = load_or_exit(inventory, as_json)
+    opts = RenderOptions(
+        controller=controller, cluster_name=cluster_name,
+        topology="tree" if topology == "tree" else "block",
+    )
+    rendered = render(inv, opts)
+    out.mkdir(parents=True, exist_ok=True)
+    changed: list[str] = []
+    for name, text in sorted(rendered.files.items()):
+        path = out / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            changed.append(name)
+    if as_json:
+        emit_json({"out": str(out), "files": sorted(rendered.files), "changed": changed})
+    else:
+        out_console.print(
+            f"wrote {len(rendered.files)} file(s) to {out} ({len(changed)} changed: "
+            f"{', '.join(changed) or 'none'})"
+        )
+
+
+@app.command()
+def status(
+    rest_url: str | None = typer.Option(
+        None, "--rest-url", help=f"slurmrestd URL for reads (token from ${TOKEN_ENV})."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Nodes with their state, partitions and drain owner, and the jobs on them."""
+    rest = None
+    if rest_url:
+        token = os.environ.get(TOKEN_ENV)
+        if not token:
+            fail(f"--rest-url needs a token in ${TOKEN_ENV}")
+        rest = RestClient(rest_url, token)
+    driver = SlurmDriver(CommandRunner(), rest)
+    try:
+        nodes = driver.nodes()
+        jobs = driver.jobs()
+    except DriverError as exc:
+        fail(str(exc), exc.exit_code)
+    on_node: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.active:
+            for host in job.nodes:
+                on_node.setdefault(host, []).append(job.job_id)
+    rows: list[dict[str, object]] = []
+    table: list[list[str]] = []
+    for n in nodes:
+        owner = n.owner if (n.state.drain or n.state.base == "down") else None
+        here = on_node.get(n.name, [])
+        rows.append({
+            "node": n.name,
+            "state": str(n.state),
+            "partitions": list(n.partitions),
+            "owner": owner.kind if owner else None,
+            "owner_run": owner.run_id if owner else None,
+            "reason": n.reason or None,
+            "jobs": here,
+        })
+        shown_owner = ""
+        if owner is not None:
+            shown_owner = f"racklife:{owner.run_id}" if owner.kind == "racklife" else owner.kind
+        table.append([n.name, str(n.state), ",".join(n.partitions), shown_owner, n.reason,
+                      ",".join(here)])
+    if as_json:
+        emit_json({
+            "nodes": rows,
+            "jobs": [
+                {"job_id": j.job_id, "state": j.state, "partition": j.partition, "user": j.user,
+                 "name": j.name, "nodes": list(j.nodes)}
+                for j in jobs
+            ],
+        })
+        return
+    emit_table("Slurm nodes", ["node", "state", "partitions", "drain owner", "reason", "jobs"], table)

@@ -1,0 +1,276 @@
+"""The one place the Redfish driver does I/O: sessions, retries and error translation.
+
+Every request goes through ``RedfishTransport.request``, which uses DMTF's
+python-redfish-library for the HTTP exchange and session headers, and owns:
+
+* authentication: a Redfish session (POST to ``Links.Sessions``) or HTTP Basic,
+  with one re-login when a session has expired (401) and never a second;
+* retries, as data (``RetryPolicy``) applied here and nowhere else: connection
+  errors with backoff, and 503 only when the BMC says when to come back
+  (``Retry-After``). The library's own retry loop (which sleeps a fixed second)
+  is turned off. Waiting goes through an injectable ``Clock``;
+* translation of library and HTTP errors into ``lifecycle.drivers.errors``;
+* secrecy: the password and session token never reach a message or a log line
+  (the library logs request headers at DEBUG; a filter masks the token).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redfish
+import requests
+from redfish.rest.v1 import HttpClient, RestResponse, RetriesExhaustedError
+
+from lifecycle.drivers.bmc.base import Credentials
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    DriverError,
+    NotSupported,
+    OperationFailed,
+    Unreachable,
+)
+
+LOG = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to try again. Only connection errors and 503+Retry-After qualify.
+
+    ``attempts`` counts every try (1 = no retry). A 503 whose Retry-After exceeds
+    ``max_retry_after_s`` is not waited for: the caller gets ``Unreachable`` at once.
+    """
+
+    attempts: int = 3
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    max_retry_after_s: float = 30.0
+    task_poll_s: float = 2.0
+    task_timeout_s: float = 3600.0
+
+    def backoff(self, attempt: int) -> float:
+        return float(min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1))))
+
+
+class _MaskToken(logging.Filter):
+    """The library logs request headers at DEBUG; Authorization is masked there, tokens not."""
+
+    pattern = re.compile(r"(X-Auth-Token:\s*)\S+", re.IGNORECASE)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:
+            record.msg = self.pattern.sub(r"\1<REDACTED>", record.getMessage())
+            record.args = ()
+        return True
+
+
+logging.getLogger("redfish.rest.v1").addFilter(_MaskToken())
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Json
+    headers: dict[str, str]
+
+
+def _message(body: Json) -> str | None:
+    """The BMC's own words from a Redfish error body."""
+    err = body.get("error")
+    if not isinstance(err, dict):
+        return None
+    infos = err.get("@Message.ExtendedInfo")
+    if isinstance(infos, list) and infos and isinstance(infos[0], dict):
+        text = infos[0].get("Message") or infos[0].get("MessageId")
+        if text:
+            return str(text)
+    return str(err.get("message") or err.get("code") or "") or None
+
+
+class RedfishTransport:
+    """A logged-in Redfish client for one BMC."""
+
+    def __init__(self, base_url: str, credentials: Credentials, *, verify_tls: bool,
+                 timeout: float, auth: str, retry: RetryPolicy, clock: Clock,
+                 target: str) -> None:
+        self.base_url = base_url
+        self.target = target
+        self.retry = retry
+        self.clock = clock
+        self._credentials = credentials
+        self._auth = auth
+        self._client: HttpClient = redfish.redfish_client(
+            base_url=base_url, timeout=timeout, max_retry=0, check_connectivity=False)
+        # The library verifies TLS only when given a CA file; True makes requests verify
+        # against its default bundle (or REQUESTS_CA_BUNDLE).
+        self._client.cafile = True if verify_tls else None
+        self._root: Json | None = None
+        self._logged_in = False
+        self.calls = 0  # HTTP requests sent, for tests that count (no retry storms)
+
+    # --- public ---------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Json:
+        if self._root is None:
+            self._root = self._checked("GET", "/redfish/v1/", self._send("GET", "/redfish/v1/"))
+        return self._root
+
+    def get(self, path: str) -> Json:
+        return self.request("GET", path).body
+
+    def request(self, method: str, path: str, body: Json | None = None,
+                headers: dict[str, str] | None = None) -> Reply:
+        """Send with authentication; re-login once on 401; raise DriverError on failure."""
+        if not self._logged_in:
+            self.login()
+        reply = self._send(method, path, body, headers)
+        if reply.status == 401 and self._auth == "session":
+            LOG.info("%s: session rejected (expired?); logging in again", self.target)
+            self._client.set_session_key(None)
+            self._logged_in = False
+            self.login()
+            reply = self._send(method, path, body, headers)
+        self._checked(method, path, reply)
+        return reply
+
+    def login(self) -> None:
+        root = self.root
+        if self._auth == "basic":
+            pair = f"{self._credentials.username}:{self._credentials.password}"
+            self._client.set_authorization_key(
+                "Basic " + base64.b64encode(pair.encode()).decode())
+            self._logged_in = True
+            return
+        sessions = root.get("Links", {}).get("Sessions", {}).get(
+            "@odata.id", "/redfish/v1/SessionService/Sessions")
+        reply = self._send("POST", sessions, {"UserName": self._credentials.username,
+                                              "Password": self._credentials.password})
+        token = reply.headers.get("x-auth-token")
+        if reply.status in (401, 403):
+            raise AuthFailed(self.target, "the BMC refused the credentials (session login)")
+        if reply.status not in (200, 201, 202, 204) or not token:
+            detail = _message(reply.body) or f"HTTP {reply.status}"
+            raise OperationFailed(self.target, f"session login failed: {detail}")
+        self._client.set_session_key(token)
+        self._client.set_session_location(
+            reply.headers.get("location") or reply.body.get("@odata.id"))
+        self._logged_in = True
+
+    def close(self) -> None:
+        """Delete the session (best effort) and close connections."""
+        location = self._client.get_session_location()
+        if self._logged_in and self._auth == "session" and location:
+            try:
+                self._send("DELETE", requests.utils.urlparse(location).path)
+            except DriverError as exc:
+                LOG.info("%s: logout failed: %s", self.target, exc.message)
+        self._client.set_session_key(None)
+        self._client.set_session_location(None)
+        self._logged_in = False
+        self._client.logout()  # with no session left, this only closes the connections
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, body: Json | None = None,
+              headers: dict[str, str] | None = None) -> Reply:
+        """One logical request: the only retry loop of the driver."""
+        policy = self.retry
+        for attempt in range(1, max(1, policy.attempts) + 1):
+            last = attempt >= policy.attempts
+            self.calls += 1
+            try:
+                resp = self._call(method, path, body, dict(headers or {}))
+            except RetriesExhaustedError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, requests.exceptions.SSLError):
+                    err = Unreachable(self.target, "TLS verification failed (the BMC's "
+                                      "certificate is not trusted; verify_tls=False to accept it)")
+                    err.retryable = False
+                    raise err from None
+                connect_error = isinstance(cause, requests.exceptions.ConnectionError) and \
+                    not isinstance(cause, requests.exceptions.ReadTimeout)
+                if connect_error and not last:
+                    delay = policy.backoff(attempt)
+                    LOG.info("%s: %s %s: connection failed, retry in %.1fs", self.target,
+                             method, path, delay)
+                    self.clock.sleep(delay)
+                    continue
+                kind = "timed out" if isinstance(cause, requests.exceptions.Timeout) \
+                    else "connection failed"
+                raise Unreachable(self.target, f"{method} {path}: {kind}") from None
+            except requests.exceptions.RequestException as exc:
+                raise Unreachable(self.target, f"{method} {path}: {type(exc).__name__}") \
+                    from None
+            reply = self._reply(resp, method, path)
+            if reply.status == 503:
+                wait = resp.retry_after
+                if wait is not None and wait <= policy.max_retry_after_s and not last:
+                    LOG.info("%s: %s %s: 503, Retry-After %ss", self.target, method, path, wait)
+                    self.clock.sleep(float(wait))
+                    continue
+            return reply
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _call(self, method: str, path: str, body: Json | None,
+              headers: dict[str, str]) -> RestResponse:
+        client = self._client
+        if method == "GET":
+            return client.get(path, headers=headers)
+        if method == "POST":
+            return client.post(path, body=body if body is not None else {}, headers=headers)
+        if method == "PATCH":
+            return client.patch(path, body=body, headers=headers)
+        if method == "DELETE":
+            return client.delete(path, headers=headers)
+        raise ValueError(f"unsupported HTTP method {method}")
+
+    def _reply(self, resp: RestResponse, method: str, path: str) -> Reply:
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        body: Json = {}
+        if resp.read:
+            try:
+                parsed = resp.dict
+            except Exception:  # the library raises its JsonDecodingError or ValueError
+                if resp.status < 400:
+                    raise OperationFailed(self.target, f"{method} {path}: the BMC sent "
+                                          "invalid JSON") from None
+                parsed = {}
+            body = parsed if isinstance(parsed, dict) else {}
+        LOG.debug("%s: %s %s -> %s", self.target, method, path, resp.status)
+        return Reply(int(resp.status), body, headers)
+
+    def _checked(self, method: str, path: str, reply: Reply) -> Json:
+        status = reply.status
+        if status < 400:
+            return reply.body
+        said = _message(reply.body)
+        what = f"{method} {path}: HTTP {status}" + (f": {said}" if said else "")
+        if status in (401, 403):
+            raise AuthFailed(self.target, what)
+        if status in (404, 405, 501):
+            raise NotSupported(self.target, what)
+        if status == 503:
+            raise Unreachable(self.target, what)
+        raise OperationFailed(self.target, what, retryable=status >= 500)

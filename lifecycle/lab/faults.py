@@ -1,0 +1,175 @@
+"""Fault profiles for simulated nodes, and the `--faults FILE` format.
+
+The lab's fake GPU tools answer according to a node's fault profile. A profile
+is chosen per node at `lab up` (from a YAML file) and can be changed on a
+running lab: the tools read the node's fault file on every call, so writing a
+new one is an injection. This module owns the catalogue of profiles and both
+file formats, so the CLI, the node and the tools agree on them.
+
+The YAML file maps node names to a profile, either as a bare name or as a
+mapping that also says which GPU (or InfiniBand port, for ``ib-down``) is hit:
+
+    node-03: xid79
+    node-05: {profile: pcie-degraded, gpu: 2}
+
+Every problem in the file is reported at once, with its line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILES: dict[str, str] = {
+    "healthy": "everything passes",
+    "xid79": "one GPU has fallen off the bus (Xid 79): NVML calls fail, node needs a reboot",
+    "ecc": "uncorrectable ECC errors on one GPU and a failed row remap (Xid 48, Xid 64)",
+    "pcie-degraded": "one GPU's PCIe link trained one generation low at half width "
+    "(Gen5 x16 -> Gen4 x8)",
+    "slow-nvlink": "NVLink bandwidth is low: nccl-tests busbw about a third of the SKU's",
+    "ib-down": "one InfiniBand port is down (State: Down, Physical state: Disabled)",
+    "dcgm-power": "DCGM targeted power fails on one GPU (power below the minimum ratio)",
+}
+
+FAULT_FILE = "fault.json"
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A node's fault: the profile, and the GPU (or IB port) index it hits."""
+
+    profile: str = "healthy"
+    gpu: int = 0
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown fault profile '{self.profile}' ({_known()})")
+        if self.gpu < 0:
+            raise ValueError("gpu must be 0 or more")
+
+
+HEALTHY = Fault()
+
+
+@dataclass(frozen=True)
+class FaultProblem:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+class FaultFileError(ValueError):
+    """The faults file is invalid; ``problems`` lists every problem found."""
+
+    def __init__(self, problems: list[FaultProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def _known() -> str:
+    return "known: " + ", ".join(PROFILES)
+
+
+def _entry(value: Any) -> tuple[str | None, int | None, list[str]]:
+    """(profile, gpu, errors) of one YAML value."""
+    if isinstance(value, str):
+        return value, 0, []
+    if not isinstance(value, dict):
+        return None, None, ["expected a profile name or {profile: NAME, gpu: N}"]
+    errors = [f"unknown key '{k}' (allowed: profile, gpu)" for k in value if k not in ("profile", "gpu")]
+    profile = value.get("profile")
+    gpu = value.get("gpu", 0)
+    if not isinstance(profile, str):
+        errors.append("'profile' is required and must be a string")
+        profile = None
+    if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0:
+        errors.append("'gpu' must be a whole number, 0 or more")
+        gpu = None
+    return profile, gpu, errors
+
+
+def parse_faults(
+    text: str, file: str = "<faults>", nodes: Mapping[str, int] | None = None
+) -> dict[str, Fault]:
+    """Parse a faults file; ``nodes`` (name -> GPU count), when given, is checked against."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 1
+        raise FaultFileError([FaultProblem(file, line, f"not valid YAML: {exc.problem}")]) from None
+    if root is None:
+        return {}
+    if not isinstance(root, yaml.MappingNode):
+        raise FaultFileError(
+            [FaultProblem(file, root.start_mark.line + 1, "expected a mapping of node name -> profile")]
+        )
+    data = yaml.safe_load(text)
+    problems: list[FaultProblem] = []
+    out: dict[str, Fault] = {}
+    seen: set[str] = set()
+    for key_node, _value in root.value:
+        line = key_node.start_mark.line + 1
+        name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            problems.append(FaultProblem(file, line, f"'{name}' is not a node name"))
+            continue
+        if name in seen:
+            problems.append(FaultProblem(file, line, f"{name}: listed twice"))
+            continue
+        seen.add(name)
+        profile, gpu, errors = _entry(data[name])
+        problems += [FaultProblem(file, line, f"{name}: {e}") for e in errors]
+        if profile is not None and profile not in PROFILES:
+            problems.append(FaultProblem(file, line, f"{name}: unknown profile '{profile}' ({_known()})"))
+            continue
+        if nodes is not None and name not in nodes:
+            problems.append(
+                FaultProblem(file, line, f"{name}: no such node in the lab (nodes: {', '.join(sorted(nodes))})")
+            )
+            continue
+        if nodes is not None and gpu is not None and gpu >= nodes[name]:
+            problems.append(
+                FaultProblem(file, line, f"{name}: gpu {gpu} does not exist (the node has {nodes[name]} GPUs)")
+            )
+            continue
+        if profile is not None and gpu is not None and not errors:
+            out[name] = Fault(profile, gpu)
+    if problems:
+        raise FaultFileError(problems)
+    return out
+
+
+def load_faults(path: str | Path, nodes: Mapping[str, int] | None = None) -> dict[str, Fault]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FaultFileError([FaultProblem(str(p), 0, f"cannot read: {exc.strerror}")]) from None
+    return parse_faults(text, str(p), nodes)
+
+
+def write_fault(node_dir: Path, fault: Fault) -> None:
+    """Set a node's fault; atomic, so a tool running at the same time sees old or new."""
+    tmp = node_dir / f".{FAULT_FILE}.tmp"
+    tmp.write_text(json.dumps(asdict(fault)) + "\n", encoding="utf-8")
+    os.replace(tmp, node_dir / FAULT_FILE)
+
+
+def read_fault(node_dir: Path) -> Fault:
+    """The node's current fault; a missing file means healthy."""
+    try:
+        data = json.loads((node_dir / FAULT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return HEALTHY
+    return Fault(str(data["profile"]), int(data.get("gpu", 0)))

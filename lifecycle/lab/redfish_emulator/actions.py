@@ -1,0 +1,140 @@
+"""Redfish actions (POST …/Actions/X) on one emulated BMC.
+
+An action exists only where the captured tree advertises it: the target is
+looked up in the owning resource's ``Actions``, and a ResetType must be one the
+tree (or its ``@Redfish.ActionInfo``) allows, because real BMCs refuse the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from lifecycle.lab.redfish_emulator.bmc import BmcState, Reply, error
+from lifecycle.lab.redfish_emulator.dispatch import start_task
+from lifecycle.lab.redfish_emulator.tree import Resource, norm
+
+
+def find_action(state: BmcState, path: str) -> tuple[str, str, Resource] | None:
+    """(action name without '#', owner path, action description) for a POST target."""
+    lowered = path.lower()
+    cut = lowered.rfind("/actions/")
+    if cut < 0:
+        return None
+    owner_path = path[:cut]
+    owner = state.resource(owner_path)
+    if owner is None:
+        return None
+    for name, desc in owner.get("Actions", {}).items():
+        if name.startswith("#") and isinstance(desc, dict) and norm(desc.get("target", "")) == \
+                norm(path):
+            return name[1:], owner_path, desc
+    return None
+
+
+def allowed_values(state: BmcState, desc: Resource, parameter: str) -> list[str] | None:
+    inline = desc.get(f"{parameter}@Redfish.AllowableValues")
+    if isinstance(inline, list):
+        return [str(v) for v in inline]
+    info_path = desc.get("@Redfish.ActionInfo")
+    info = state.resource(info_path) if isinstance(info_path, str) else None
+    for param in (info or {}).get("Parameters", []):
+        if param.get("Name") == parameter and isinstance(param.get("AllowableValues"), list):
+            return [str(v) for v in param["AllowableValues"]]
+    return None
+
+
+def post(state: BmcState, path: str, body: Resource) -> Reply:
+    if norm(path) == state.sessions_path:
+        return state.login(body)
+    found = find_action(state, path)
+    if found is None:
+        return error(404 if state.resource(path) is None else 405,
+                     "Base.1.8.ActionNotSupported", f"No action at {path}.")
+    name, owner, desc = found
+    handler = _HANDLERS.get(name.split(".", 1)[-1])
+    if handler is None:
+        return error(400, "Base.1.8.ActionNotSupported", f"The action {name} is not supported.")
+    return handler(state, owner, desc, body)
+
+
+def _reset(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    reset_type = body.get("ResetType", "On")
+    allowed = allowed_values(state, desc, "ResetType")
+    if allowed is not None and reset_type not in allowed:
+        return error(400, "Base.1.8.ActionParameterValueNotInList",
+                     f"The value {reset_type} for ResetType is not in the list of "
+                     "acceptable values.")
+    if norm(owner) not in state.systems:
+        return Reply(204)  # manager or chassis reset: nothing to model
+    return state.reset(owner, str(reset_type))
+
+
+def _clear_log(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    service = state.resource(owner) or {}
+    entries = service.get("Entries", {}).get("@odata.id")
+    if entries:
+        state.log_entries(entries).clear()
+    return Reply(204)
+
+
+def _virtual_media(state: BmcState, owner: str, desc: Resource, body: Resource,
+                   insert: bool) -> Reply:
+    media = state.writable(owner)
+    if insert:
+        image = body.get("Image")
+        if not isinstance(image, str) or not image:
+            return error(400, "Base.1.8.ActionParameterMissing", "Image is required.")
+        if media.get("Inserted"):
+            return error(409, "Base.1.8.ResourceInUse", "Media is already inserted.")
+        media.update(Image=image, Inserted=True, WriteProtected=body.get("WriteProtected", True))
+    else:
+        media.update(Image=None, Inserted=False)
+    state.bump_etag(media)
+    return Reply(204)
+
+
+def _simple_update(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    image = body.get("ImageURI")
+    if not isinstance(image, str) or not image:
+        return error(400, "Base.1.8.ActionParameterMissing", "ImageURI is required.")
+    targets = [str(t) for t in body.get("Targets", [])]
+
+    def done(ok: bool) -> list[str]:
+        if not ok:
+            return [f"Update from {image} failed: image verification error."]
+        return [f"Update from {image} applied to {', '.join(targets) or 'the default target'}."]
+
+    state.log_event(f"Firmware update from {image} started.")
+    return start_task(state, "Firmware update", done)
+
+
+def _secure_erase(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    drive = state.writable(owner)
+    drive["Status"] = {"State": "Updating", "Health": drive.get("Status", {}).get("Health", "OK")}
+
+    def done(ok: bool) -> list[str]:
+        degraded = not ok or state.faults.erase_leaves_data
+        drive["Status"] = {"State": "Enabled", "Health": "Critical" if degraded else "OK"}
+        return [f"Secure erase of {drive.get('Id')} {'failed' if not ok else 'finished'}."]
+
+    return start_task(state, f"Secure erase of {drive.get('Id')}", done)
+
+
+Handler = Callable[[BmcState, str, Resource, Resource], Reply]
+
+
+def _insert(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    return _virtual_media(state, owner, desc, body, insert=True)
+
+
+def _eject(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    return _virtual_media(state, owner, desc, body, insert=False)
+
+
+_HANDLERS: dict[str, Handler] = {
+    "Reset": _reset,
+    "ClearLog": _clear_log,
+    "InsertMedia": _insert,
+    "EjectMedia": _eject,
+    "SimpleUpdate": _simple_update,
+    "SecureErase": _secure_erase,
+}

@@ -1,0 +1,369 @@
+"""A real Slurm cluster on one machine: munge, slurmctld, one slurmd per node, optional slurmrestd.
+
+The lab and the tests need the real daemons (they are what refuses a bad
+config or loses a job), not a fake. Everything runs inside one PID namespace
+whose init is a tiny reaper, so ``stop()`` ends every daemon, step and job at
+once, and nothing leaks into the next test. Configuration is rendered from an
+inventory with the same renderer production uses; only the per-host settings
+(ports, paths, fake GPU device files, plugins that need no cgroups) differ.
+
+How this works on one host, and its traps, are written up in
+``../shared/notes/slurm-on-one-machine.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lifecycle.drivers.slurm.render import (
+    RenderOptions,
+    Topology,
+    lendable_nodes,
+    render,
+    slurm_nodes,
+)
+from lifecycle.model.inventory import Inventory
+from lifecycle.model.skus import SKUS
+
+_REAPER = (
+    "import os, time\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        time.sleep(0.2)\n"
+)
+
+_POWER_WRAPPER = """#!{python}
+import sys
+from lifecycle.lab.slurm_power import main
+sys.exit(main([{action!r}, {conf!r}, *sys.argv[1:]]))
+"""
+
+MAX_ROOT_LEN = 60
+"""Unix socket paths are limited to 108 bytes; keep the root short."""
+
+
+class LabError(RuntimeError):
+    """The lab cluster could not be started or driven; the message names the daemon and its log."""
+
+
+@dataclass(frozen=True)
+class LabSlurmConfig:
+    inventory: Inventory
+    root: Path
+    topology: Topology = "tree"
+    rest: bool = False
+    start_nodes: Sequence[str] | None = None
+    """Nodes whose slurmd starts at once; default: all but lendable ones (those start lent)."""
+    extra: tuple[str, ...] = ()
+    suspend_time_s: int = 3600
+    resume_timeout_s: int = 60
+    ready_timeout_s: float = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LabSlurm:
+    """A running (or stopped) lab cluster. Use ``start()``/``stop()`` or the context manager."""
+
+    config: LabSlurmConfig
+    ports: dict[str, int] = field(default_factory=dict)
+    rest_url: str | None = None
+    _init: subprocess.Popen[bytes] | None = None
+    _init_pid: int | None = None
+    _rest: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------- paths
+
+    @property
+    def root(self) -> Path:
+        return self.config.root
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm clients (scontrol, sinfo, sbatch) talking to this cluster."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def log(self, name: str) -> Path:
+        return self.root / "log" / f"{name}.log"
+
+    # ------------------------------------------------------------- lifecycle
+
+    def render_options(self) -> RenderOptions:
+        r = self.root
+        return RenderOptions(
+            controller="localhost",
+            controller_addr="127.0.0.1",
+            slurmctld_port=self.ports["slurmctld"],
+            conf_dir=str(r / "etc"),
+            state_dir=str(r / "state"),
+            spool_dir=str(r / "spool"),
+            log_dir=str(r / "log"),
+            run_dir=str(r / "run"),
+            slurm_user="root",
+            topology=self.config.topology,
+            gpu_device_dir=str(r / "dev"),
+            gres_autodetect="off",
+            select_parameters="CR_Core",
+            proctrack="proctrack/linuxproc",
+            task_plugin="task/none",
+            jobacct_gather="jobacct_gather/none",
+            auth_socket=str(r / "munge" / "munge.socket"),
+            jwt_key=str(r / "etc" / "jwt.key"),
+            resume_program=str(r / "bin" / "resume"),
+            suspend_program=str(r / "bin" / "suspend"),
+            suspend_time_s=self.config.suspend_time_s,
+            suspend_timeout_s=30,
+            resume_timeout_s=self.config.resume_timeout_s,
+            power_save_interval_s=1,
+            node_ports={n: p for n, p in self.ports.items() if n != "slurmctld"},
+            config_overrides=True,
+            extra=(
+                "SlurmctldTimeout=30", "SlurmdTimeout=30", "MessageTimeout=5", *self.config.extra
+            ),
+        )
+
+    def prepare(self) -> None:
+        """Create the root tree, keys, fake GPUs and rendered config (no daemon started)."""
+        if len(str(self.root)) > MAX_ROOT_LEN:
+            raise LabError(f"lab root {self.root} is too long for Unix socket paths")
+        for sub in ("etc", "state", "spool", "log", "run", "dev", "munge", "bin"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            (self.root / sub).chmod(0o755)
+        self.root.chmod(0o755)
+        inv = self.config.inventory
+        nodes = slurm_nodes(inv)
+        if not self.ports:
+            self.ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
+        gpus = max((SKUS[n.sku].gpu_count for n in nodes), default=0)
+        for i in range(gpus):
+            dev = self.root / "dev" / f"nvidia{i}"
+            if not dev.exists():
+                # gres/gpu refuses regular files: a char device aliasing /dev/null.
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+        munge_key = self.root / "etc" / "munge.key"
+        if not munge_key.exists():
+            munge_key.write_bytes(secrets.token_bytes(1024))
+            munge_key.chmod(0o400)
+        jwt_key = self.root / "etc" / "jwt.key"
+        if not jwt_key.exists():
+            jwt_key.write_bytes(secrets.token_bytes(32))
+            jwt_key.chmod(0o600)
+        for name, text in render(inv, self.render_options()).files.items():
+            (self.root / "etc" / name).write_text(text)
+        for action in ("resume", "suspend"):
+            prog = self.root / "bin" / action
+            prog.write_text(
+                _POWER_WRAPPER.format(python=sys.executable, action=action, conf=str(self.conf))
+            )
+            prog.chmod(0o755)
+
+    def start(self) -> LabSlurm:
+        if self._init is not None:
+            raise LabError("already started")
+        self.prepare()
+        self._init = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc",
+             sys.executable, "-c", _REAPER],
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            self._init_pid = self._find_init()
+            self._start_daemons()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _find_init(self) -> int:
+        assert self._init is not None
+        children = Path(f"/proc/{self._init.pid}/task/{self._init.pid}/children")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                text = children.read_text().split()
+                if text:
+                    return int(text[0])
+            time.sleep(0.02)
+        raise LabError("the PID namespace init did not start")
+
+    def _ns(self, argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
+        """Run argv inside the cluster's PID and mount namespaces, waiting for it."""
+        assert self._init_pid is not None
+        return subprocess.run(
+            ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--", *argv],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
+            env=self.env(),
+        )
+
+    def _checked(self, what: str, argv: Sequence[str]) -> None:
+        res = self._ns(argv)
+        if res.returncode != 0:
+            raise LabError(
+                f"{what} failed ({res.returncode}): {res.stderr.decode(errors='replace').strip()}; "
+                f"see {self.root / 'log'}"
+            )
+
+    def _start_daemons(self) -> None:
+        r = self.root
+        sock = r / "munge" / "munge.socket"
+        self._checked("munged", [
+            "munged", f"--key-file={r / 'etc' / 'munge.key'}", f"--socket={sock}",
+            f"--pid-file={r / 'run' / 'munged.pid'}", f"--log-file={self.log('munged')}",
+            f"--seed-file={r / 'munge' / 'seed'}", "--force",
+        ])
+        _wait(lambda: sock.exists(), 10, "munged socket")
+        self._checked("slurmctld", ["slurmctld", "-f", str(self.conf)])
+        _wait(self._ctld_up, self.config.ready_timeout_s,
+              f"slurmctld (see {self.log('slurmctld')})")
+        inv = self.config.inventory
+        lendable = {n.name for n in lendable_nodes(inv)}
+        wanted = self.config.start_nodes
+        if wanted is None:
+            wanted = [n.name for n in slurm_nodes(inv) if n.name not in lendable]
+        for name in wanted:
+            self.start_node(name, wait=False)
+        if self.config.rest:
+            self._start_rest()
+        _wait(lambda: self._all_idle(wanted), self.config.ready_timeout_s, "nodes to become idle")
+
+    def _start_rest(self) -> None:
+        assert self._init_pid is not None
+        port = _free_port()
+        env = self.env()
+        env["SLURM_JWT"] = "daemon"
+        self._rest = subprocess.Popen(
+            ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--",
+             "slurmrestd", "-f", str(self.conf), "-u", "nobody", "-g", "nogroup",
+             "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", f"127.0.0.1:{port}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.log("slurmrestd").open("wb"), env=env,
+        )
+        self.rest_url = f"http://127.0.0.1:{port}"
+
+        def answering() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                return True
+            return False
+
+        _wait(answering, 10, f"slurmrestd (see {self.log('slurmrestd')})")
+
+    def token(self, lifespan_s: int = 3600) -> str:
+        """A JWT for slurmrestd (never logged)."""
+        res = subprocess.run(
+            ["scontrol", "token", "username=root", f"lifespan={lifespan_s}"],
+            capture_output=True, text=True, env=self.env(), timeout=10, check=True,
+        )
+        return res.stdout.strip().removeprefix("SLURM_JWT=")
+
+    def start_node(self, name: str, *, wait: bool = True) -> None:
+        """Start one node's slurmd (the lab calls this when the node's BMC powers it on)."""
+        if name not in self.ports:
+            raise LabError(f"{name} is not a Slurm node of this lab")
+        self._checked(f"slurmd {name}", ["slurmd", "-N", name, "-f", str(self.conf)])
+        if wait:
+            _wait(lambda: self._all_idle([name], allow_flags=True), self.config.ready_timeout_s,
+                  f"{name} to register")
+
+    def stop_node(self, name: str) -> None:
+        """Stop one node's slurmd (its BMC powered it off); jobs on it die with their steps."""
+        pid_file = self.root / "run" / f"slurmd-{name}.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text().strip())
+            self._ns(["kill", "-KILL", str(pid)])
+            pid_file.unlink()
+
+    def stop(self) -> None:
+        """End every daemon and job at once by ending the PID namespace."""
+        if self._init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._init.pid, signal.SIGKILL)
+            self._init.wait(timeout=10)
+            self._init = None
+            self._init_pid = None
+        if self._rest is not None:
+            self._rest.wait(timeout=10)
+            self._rest = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LabSlurm:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------- readiness
+
+    def _scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["scontrol", *args], capture_output=True, text=True, env=self.env(), timeout=10,
+            check=False,
+        )
+
+    def _ctld_up(self) -> bool:
+        return self._scontrol("ping").stdout.find("is UP") >= 0
+
+    def _all_idle(self, names: Sequence[str], allow_flags: bool = False) -> bool:
+        if not names:
+            return True
+        res = subprocess.run(
+            ["sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N %T"],
+            capture_output=True, text=True, env=self.env(), timeout=10, check=False,
+        )
+        states = dict(line.split() for line in res.stdout.splitlines() if line.strip())
+        if set(states) != set(names):
+            return False
+        ok = {"idle", "mixed", "allocated", "drained", "draining"} if allow_flags else {"idle"}
+        return all(s in ok for s in states.values())
+
+
+def start(config: LabSlurmConfig) -> LabSlurm:
+    return LabSlurm(config).start()
+
+
+@contextlib.contextmanager
+def running(config: LabSlurmConfig) -> Iterator[LabSlurm]:
+    lab = LabSlurm(config)
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
+
+
+def lab_config(inventory: Inventory, root: Path, **kw: object) -> LabSlurmConfig:
+    return replace(LabSlurmConfig(inventory=inventory, root=root), **kw)  # type: ignore[arg-type]
+
+
+def _wait(cond: object, timeout: float, what: str) -> None:
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what racklife's tests and lab need on Debian 12, then nox in its own venv.
+# Idempotent: a second run installs nothing and takes a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  python3 python3-venv python3-pip python3-dev gcc git ca-certificates
+  postgresql-15                                   # store tests on PostgreSQL (initdb/pg_ctl)
+  slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin   # real Slurm in the lab
+  openssh-server openssh-client iproute2 procps util-linux psmisc        # lab nodes in netns
+  ipmitool openipmi                                # IPMI cross-checks
+  openssl
+)
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .bootstrap/venv/bin/nox ]; then
+  python3 -m venv .bootstrap/venv
+  .bootstrap/venv/bin/pip install -q --upgrade pip
+  .bootstrap/venv/bin/pip install -q "nox>=2024.4"
+fi

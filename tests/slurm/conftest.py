@@ -1,0 +1,54 @@
+"""Fixtures for the Slurm tests: the 16-node inventory and a real lab cluster (root + Debian slurm)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lifecycle.lab.slurm import LabSlurm, LabSlurmConfig
+from lifecycle.model.inventory import Inventory, load_inventory
+
+DATA = Path(__file__).resolve().parent / "data"
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch", "unshare", "nsenter")
+
+
+@pytest.fixture(scope="session")
+def inventory_path(repo_dir: Path) -> Path:
+    """The lead's 16-node example when present, else this suite's own copy."""
+    example = repo_dir / "examples" / "site-h100-2rack.yaml"
+    return example if example.exists() else DATA / "site-16.yaml"
+
+
+@pytest.fixture(scope="session")
+def site16() -> Inventory:
+    return load_inventory(DATA / "site-16.yaml")
+
+
+def require_daemons() -> None:
+    """The lab tests need root and the Debian Slurm packages; missing them is a failure, not a skip."""
+    assert os.geteuid() == 0, "the Slurm lab tests need root (namespaces, mknod, daemons)"
+    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    assert not missing, (
+        f"missing {missing}: apt-get install slurmctld slurmd slurm-client munge slurmrestd "
+        "slurm-wlm-jwt-plugin"
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(site16: Inventory) -> Iterator[LabSlurm]:
+    require_daemons()
+    root = Path(tempfile.mkdtemp(prefix="rls-", dir="/tmp"))
+    cluster = LabSlurm(
+        LabSlurmConfig(inventory=site16, root=root, rest=True, suspend_time_s=3600,
+                       resume_timeout_s=60)
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
