@@ -79,7 +79,9 @@ class RunResult:
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=False) + "\n"
+        doc = asdict(self)
+        head = {"schema": doc.pop("schema"), "schema_version": doc.pop("schema_version")}
+        return json.dumps({**head, **doc}, indent=2, sort_keys=False) + "\n"
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".json.tmp")

@@ -6,6 +6,7 @@ import os
 
 import typer
 
+from lifecycle.cli import burnin as _burnin
 from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import slurm as _slurm
@@ -37,6 +38,7 @@ app.add_typer(_nodes.node_app, name="node")
 app.add_typer(_workflows.app, name="workflows")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")
+app.add_typer(_burnin.app, name="burnin")
 
 
 def main() -> None:

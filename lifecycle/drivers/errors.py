@@ -18,6 +18,10 @@ class DriverError(Exception):
         self.message = message
         super().__init__(f"{target}: {message}")
 
+    def __reduce__(self) -> tuple[type[DriverError], tuple[str, str]]:
+        # Workflow engines pickle step errors; keep the constructor's arguments.
+        return (type(self), (self.target, self.message))
+
 
 class Unreachable(DriverError):
     """No answer: connection refused or timed out, DNS failure, 503 after retries."""
@@ -46,3 +50,6 @@ class OperationFailed(DriverError):
     def __init__(self, target: str, message: str, *, retryable: bool = False) -> None:
         super().__init__(target, message)
         self.retryable = retryable
+
+    def __reduce__(self) -> tuple[type[DriverError], tuple[str, str]]:
+        return (type(self), (self.target, self.message))

@@ -114,11 +114,10 @@ def parse_faults(
         raise FaultFileError(
             [FaultProblem(file, root.start_mark.line + 1, "expected a mapping of node name -> profile")]
         )
-    data = yaml.safe_load(text)
     problems: list[FaultProblem] = []
     out: dict[str, Fault] = {}
     seen: set[str] = set()
-    for key_node, _value in root.value:
+    for key_node, value_node in root.value:
         line = key_node.start_mark.line + 1
         name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -128,7 +127,8 @@ def parse_faults(
             problems.append(FaultProblem(file, line, f"{name}: listed twice"))
             continue
         seen.add(name)
-        profile, gpu, errors = _entry(data[name])
+        # Each value from its own node: a duplicate key must not see the other's value.
+        profile, gpu, errors = _entry(yaml.safe_load(yaml.serialize(value_node)))
         problems += [FaultProblem(file, line, f"{name}: {e}") for e in errors]
         if profile is not None and profile not in PROFILES:
             problems.append(FaultProblem(file, line, f"{name}: unknown profile '{profile}' ({_known()})"))

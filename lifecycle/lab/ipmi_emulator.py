@@ -20,6 +20,7 @@ Run ``python -m lifecycle.lab.ipmi_emulator --count N --base-port P --password-e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import signal
@@ -176,7 +177,7 @@ def build_sdr(number: int, sensor: SensorSpec) -> bytes:
     return struct.pack("<HBBB", number - 1, 0x51, 0x01, len(body)) + body
 
 
-class _Session(serversession.ServerSession):
+class _Session(serversession.ServerSession):  # type: ignore[misc]
     """RMCP+ server session that refuses what it cannot do instead of answering wrongly."""
 
     def create_open_session_response(self, request: Any) -> Any:
@@ -453,10 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: emulator._stop.set())
     print(f"serving {args.count} BMCs on {args.address}:{args.base_port}"
           f"-{args.base_port + args.count - 1}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         emulator.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -272,7 +272,10 @@ class LabNet:
 def relay(netns: str, host: str, port: int) -> None:
     """Join stdin/stdout to a TCP connection made inside ``netns`` (an SSH ProxyCommand)."""
     enter(netns)
-    sock = socket.create_connection((host, port), timeout=10)
+    try:
+        sock = socket.create_connection((host, port), timeout=10)
+    except OSError as exc:
+        sys.exit(f"racklife lab: cannot connect to {host}:{port} in {netns}: {exc.strerror or exc}")
     sock.settimeout(None)
     sel = selectors.DefaultSelector()
     stdin = sys.stdin.buffer.fileno()

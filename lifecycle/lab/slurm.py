@@ -149,6 +149,9 @@ class LabSlurm:
         """Create the root tree, keys, fake GPUs and rendered config (no daemon started)."""
         if len(str(self.root)) > MAX_ROOT_LEN:
             raise LabError(f"lab root {self.root} is too long for Unix socket paths")
+        # A lab cluster starts empty: no jobs or drains recovered from an earlier run.
+        for sub in ("state", "spool", "run"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
         for sub in ("etc", "state", "spool", "log", "run", "dev", "munge", "bin"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
             (self.root / sub).chmod(0o755)
@@ -254,13 +257,13 @@ class LabSlurm:
         port = _free_port()
         env = self.env()
         env["SLURM_JWT"] = "daemon"
-        self._rest = subprocess.Popen(
-            ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--",
-             "slurmrestd", "-f", str(self.conf), "-u", "nobody", "-g", "nogroup",
-             "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", f"127.0.0.1:{port}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=self.log("slurmrestd").open("wb"), env=env,
-        )
+        with self.log("slurmrestd").open("wb") as log:
+            self._rest = subprocess.Popen(
+                ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--",
+                 "slurmrestd", "-f", str(self.conf), "-u", "nobody", "-g", "nogroup",
+                 "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", f"127.0.0.1:{port}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env,
+            )
         self.rest_url = f"http://127.0.0.1:{port}"
 
         def answering() -> bool:

@@ -76,6 +76,34 @@ evidence = sa.Table(
 )
 
 
+boot_tokens = sa.Table(
+    "racklife_boot_tokens",
+    metadata,
+    sa.Column("token_sha256", sa.String(64), primary_key=True),  # the token itself is never stored
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), nullable=False, index=True),
+    sa.Column("boot_mac", sa.String(17), nullable=False, index=True),
+    sa.Column("run_id", sa.String(128), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("script", sa.Text, nullable=False),  # holds the token until it is spent or replaced
+    sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("report", sa.Text, nullable=True),
+    sa.UniqueConstraint("run_id", "attempt", name="uq_boot_token_run_attempt"),
+)
+
+# Side effects a step performed (or was about to), keyed by run:step:attempt, so
+# a step re-run after a crash never repeats a power cycle.
+effects = sa.Table(
+    "racklife_effects",
+    metadata,
+    sa.Column("token", sa.String(200), primary_key=True),
+    sa.Column("node", sa.String(63), nullable=False, index=True),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
 def default_home() -> Path:
     return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))
 

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from lifecycle.drivers.bmc import redfish_parse as parse
-from lifecycle.drivers.bmc.base import Drive, Gpu, Health, HardwareInventory, SensorReading
+from lifecycle.drivers.bmc.base import Drive, Gpu, HardwareInventory, Health, SensorReading
 from lifecycle.drivers.bmc.redfish_quirks import HEALTH_ORDER, VendorQuirks
 from lifecycle.drivers.bmc.redfish_transport import RedfishTransport
 from lifecycle.drivers.errors import NotSupported

@@ -24,6 +24,9 @@ class VendorQuirks:
     # JSON path (from the ComputerSystem) to an OEM collection of PCI devices, used for
     # GPUs when neither Processors nor PCIeDevices list them.
     oem_pci_devices: tuple[str, ...] | None = None
+    # Paths (relative to the ComputerSystem) of VirtualMedia collections the BMC serves
+    # without linking them from the system.
+    unlinked_virtual_media: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
 
 
@@ -33,7 +36,11 @@ DELL = VendorQuirks(
     "Dell",
     # iDRAC keeps the SEL on the Manager, not the System.
     event_logs=("Sel",),
-    evidence=("dell-idrac-bmclib/redfish/v1/Managers/iDRAC.Embedded.1/LogServices/Sel/index.json",),
+    # iDRAC 6+ serves VirtualMedia under the System (bmclib's fixtures) while the System
+    # resource of the same capture does not link it.
+    unlinked_virtual_media=("VirtualMedia",),
+    evidence=("dell-idrac-bmclib/redfish/v1/Managers/iDRAC.Embedded.1/LogServices/Sel/index.json",
+              "dell-idrac-bmclib/redfish/v1/Systems/System.Embedded.1/VirtualMedia/index.json"),
 )
 
 HPE = VendorQuirks(

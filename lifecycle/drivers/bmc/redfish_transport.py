@@ -22,6 +22,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import redfish
 import requests
@@ -183,7 +184,7 @@ class RedfishTransport:
         location = self._client.get_session_location()
         if self._logged_in and self._auth == "session" and location:
             try:
-                self._send("DELETE", requests.utils.urlparse(location).path)
+                self._send("DELETE", urlsplit(location).path)
             except DriverError as exc:
                 LOG.info("%s: logout failed: %s", self.target, exc.message)
         self._client.set_session_key(None)

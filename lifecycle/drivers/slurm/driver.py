@@ -236,11 +236,17 @@ class SlurmDriver:
 
     # ------------------------------------------------------------- jobs
 
-    def requeue(self, job_id: str, *, release: bool = True) -> None:
-        """Requeue a job; ``release`` clears the ~120 s BeginTime hold Slurm puts on it."""
+    def requeue(self, job_id: str) -> None:
+        """Requeue a job; Slurm holds it ~120 s (BeginTime) unless ``release`` is called."""
         self.run(["scontrol", "requeue", _job(job_id)])
-        if release:
-            self.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"])
+
+    def release(self, job_id: str) -> None:
+        """Let a pending job start now (clears a requeue's BeginTime hold).
+
+        Slurm applies this only once the job is back to PENDING; while it is
+        still COMPLETING the requeue would set the hold again afterwards.
+        """
+        self.run(["scontrol", "update", f"jobid={_job(job_id)}", "starttime=now"])
 
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", _job(job_id)])

@@ -139,14 +139,25 @@ def leave(
             outcome[job.job_id] = _outcome(job, "failed", f"{policy} failed: {exc.message}")
 
     settle_until = clk.monotonic() + settle_s
+    requeued = [j for j, o in outcome.items() if o.action == "requeued"]
     if any(o.action not in ("still_running", "failed") for o in outcome.values()) or not active:
         while True:
             states = driver.nodes(names)
-            if all(n.state.drained or n.state.base == "down" for n in states):
-                break
-            if clk.monotonic() >= settle_until:
+            settled = all(n.state.drained or n.state.base == "down" for n in states)
+            if settled and requeued:
+                settled = all(driver.job(j).state == "PENDING" for j in requeued)
+            if settled or clk.monotonic() >= settle_until:
                 break
             clk.sleep(poll_s)
+    for job_id in requeued:
+        try:
+            driver.release(job_id)
+        except DriverError as exc:
+            old = outcome[job_id]
+            outcome[job_id] = JobOutcome(
+                old.job_id, old.name, old.user, old.nodes, "requeued",
+                f"requeued but still held by Slurm: {exc.message}",
+            )
     states = driver.nodes(names)
     for job_id, job in seen.items():
         outcome.setdefault(job_id, _outcome(job, "finished"))

@@ -103,6 +103,7 @@ class RestClient:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
                 body: dict[str, Any] = json.load(resp)
         except urllib.error.HTTPError as exc:
+            exc.close()
             if exc.code in (401, 403):
                 raise AuthFailed(target, f"HTTP {exc.code}: token refused") from None
             if exc.code == 404:

@@ -8,6 +8,7 @@ tree (or its ``@Redfish.ActionInfo``) allows, because real BMCs refuse the rest.
 from __future__ import annotations
 
 from collections.abc import Callable
+
 from lifecycle.lab.redfish_emulator.bmc import BmcState, Reply, error
 from lifecycle.lab.redfish_emulator.dispatch import start_task
 from lifecycle.lab.redfish_emulator.tree import Resource, norm

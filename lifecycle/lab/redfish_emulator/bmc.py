@@ -95,7 +95,7 @@ class BmcState:
             system = self.tree.get(sys_path)
             if system is None:
                 continue
-            added, patch = extra_resources(system, config.hardware)
+            added, patch = extra_resources(system, config.hardware, self.tree.get)
             for path, res in added.items():
                 self.overlay[norm(path)] = res
             if patch:
@@ -131,13 +131,13 @@ class BmcState:
             res = self.overlay[key]
             headers = {"ETag": res["@odata.etag"]} if "@odata.etag" in res else {}
             return Reply(200, res, headers)
-        res = self.tree.resources.get(key)
-        if res is not None:
-            cache_key = (self.tree.name, key)
+        shared = self.tree.resources.get(key)
+        if shared is not None:
+            cache_key = (str(self.tree.root), key)
             body = _BYTES_CACHE.get(cache_key)
             if body is None:
-                body = _BYTES_CACHE.setdefault(cache_key, json.dumps(res).encode())
-            headers = {"ETag": res["@odata.etag"]} if "@odata.etag" in res else {}
+                body = _BYTES_CACHE.setdefault(cache_key, json.dumps(shared).encode())
+            headers = {"ETag": shared["@odata.etag"]} if "@odata.etag" in shared else {}
             return Reply(200, body, headers)
         raw = self.tree.raw_files.get(key)
         if raw is not None:

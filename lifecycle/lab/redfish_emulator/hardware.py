@@ -12,6 +12,7 @@ resources are synthetic and say so in their ``Description``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,6 +44,11 @@ def _collection(path: str, odata_type: str, name: str, members: list[str]) -> Re
         "Members": [_link(m) for m in members],
         "Members@odata.count": len(members),
     }
+
+
+def _existing_members(collection: Resource | None) -> list[str]:
+    return [str(m["@odata.id"]) for m in (collection or {}).get("Members", [])
+            if isinstance(m, dict) and "@odata.id" in m]
 
 
 def _gpu_processor(path: str, index: int, hw: ExtraHardware) -> Resource:
@@ -115,9 +121,14 @@ def _drive(path: str, index: int, hw: ExtraHardware) -> Resource:
     }
 
 
-def extra_resources(system: Resource, hw: ExtraHardware) -> tuple[dict[str, Resource],
-                                                                   dict[str, Any]]:
-    """Resources to add under ``system`` and the properties to set on the system itself."""
+def extra_resources(system: Resource, hw: ExtraHardware,
+                    existing: Callable[[str], Resource | None]) -> tuple[dict[str, Resource],
+                                                                         dict[str, Any]]:
+    """Resources to add under ``system`` and the properties to set on the system itself.
+
+    ``existing(path)`` returns the tree's resource at ``path``: new members are appended
+    to collections the tree already has.
+    """
     sys_path = str(system["@odata.id"]).rstrip("/")
     added: dict[str, Resource] = {}
     system_patch: dict[str, Any] = {}
@@ -127,7 +138,8 @@ def extra_resources(system: Resource, hw: ExtraHardware) -> tuple[dict[str, Reso
             members = [f"{coll}/GPU{i}" for i in range(hw.gpus)]
             for i, path in enumerate(members):
                 added[path] = _gpu_processor(path, i, hw)
-            added[coll] = _collection(coll, "ProcessorCollection", "Processors", members)
+            added[coll] = _collection(coll, "ProcessorCollection", "Processors",
+                                      _existing_members(existing(coll)) + members)
             system_patch["Processors"] = _link(coll)
         else:
             # ComputerSystem.PCIeDevices is an array of links (bmcweb also serves a collection).

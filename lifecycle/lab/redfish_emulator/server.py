@@ -11,7 +11,6 @@ Redfish handling, exactly as a broken BMC or network would show them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import ipaddress
 import json

@@ -54,7 +54,7 @@ class VendorTree:
             if file.name == "index.json":
                 data = json.loads(file.read_text(encoding="utf-8"))
                 if isinstance(data, dict):
-                    resources[norm(url)] = data
+                    resources[norm(url)] = _strip_mockup_annotations(data)
             elif file.name == "index.xml":
                 raw[norm(url)] = (file.read_bytes(), "application/xml")
             elif file.suffix == ".json":
@@ -96,6 +96,16 @@ class VendorTree:
         coll = self.get(path) or {}
         return [m["@odata.id"] for m in coll.get("Members", []) if isinstance(m, dict)
                 and "@odata.id" in m]
+
+
+def _strip_mockup_annotations(data: Any) -> Any:
+    """Drop ``@Redfish.Copyright``: DMTF marks it "only for use in mockups"; services omit it."""
+    if isinstance(data, dict):
+        return {k: _strip_mockup_annotations(v) for k, v in data.items()
+                if k != "@Redfish.Copyright"}
+    if isinstance(data, list):
+        return [_strip_mockup_annotations(v) for v in data]
+    return data
 
 
 _TREES: dict[Path, VendorTree] = {}

@@ -1,0 +1,346 @@
+"""The IPMI implementation of ``BmcDriver``, over RMCP+ (IPMI 2.0 LAN) with pyghmi.
+
+Why it exists: older or cheaper BMCs, and some BMCs with Redfish switched off, still answer only
+IPMI. IPMI covers power, the boot device, sensors, the SEL and FRU inventory; everything else of
+the interface (BIOS settings, virtual media, firmware update, secure erase, HTTP boot) raises
+``NotSupported`` with a message that points at Redfish.
+
+pyghmi has its own retransmit loop (about six seconds before it gives up on a silent peer); that
+is the only retry layer: this driver never retries on top of it. pyghmi errors are translated here
+into ``lifecycle.drivers.errors``: no answer is ``Unreachable``, a refused user or password is
+``AuthFailed``, a completion code is ``OperationFailed`` with its meaning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pyghmi import exceptions as pyghmi_exc
+from pyghmi.ipmi import command as pyghmi_command
+from pyghmi.ipmi import fru as pyghmi_fru
+from pyghmi.ipmi.private import util as pyghmi_util
+
+from lifecycle.drivers.bmc.base import (
+    BmcDriver,
+    BootDevice,
+    BootMode,
+    Credentials,
+    Firmware,
+    HardwareInventory,
+    Health,
+    LogEntry,
+    PowerAction,
+    PowerState,
+    ProgressCallback,
+    SensorReading,
+    SystemInfo,
+    TaskProgress,
+)
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    DriverError,
+    NotSupported,
+    OperationFailed,
+    Unreachable,
+)
+
+T = TypeVar("T")
+
+# Chassis Control directives (IPMI 2.0, 28.3).
+_CHASSIS_CONTROL = {
+    PowerAction.OFF: 0x00,
+    PowerAction.ON: 0x01,
+    PowerAction.CYCLE: 0x02,
+    PowerAction.RESET: 0x03,
+    PowerAction.GRACEFUL_OFF: 0x05,
+}
+# Boot device selector of boot flags data 2, bits 5:2 (IPMI 2.0, table 28-14). HTTP has none.
+_BOOT_SELECTOR = {BootDevice.PXE: 0x1, BootDevice.DISK: 0x2, BootDevice.CD: 0x5}
+# pyghmi's Health bit field -> our words; the worst bit wins.
+_HEALTH_WORDS = ((4, "Critical"), (2, "Critical"), (1, "Warning"))
+_SENSOR_KINDS = {"Temperature": "temperature", "Fan": "fan", "Voltage": "voltage",
+                 "Power": "power", "Current": "power"}
+# Login failures that mean "these credentials are refused", as pyghmi words them.
+_AUTH_WORDS = ("password", "unauthorized", "rakp", "privilege", "invalid role")
+# Completion codes that mean "ask for less" on Read FRU Data (ipmi_sim answers C8h above ~32 B).
+_FRU_TOO_BIG = (0xC7, 0xC8, 0xC9, 0xCA)
+_FRU_CHUNK = 224  # pyghmi's choice: most BMCs accept it
+_NOT_IN_IPMI = "IPMI has no standard command for this; use the BMC's Redfish service"
+DEFAULT_PORT = 623
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]:port`` or ``ipmi://host[:port]`` -> (host, port)."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = tail.lstrip(":")
+    elif rest.count(":") == 1:
+        host, _, port = rest.partition(":")
+    else:
+        host, port = rest, ""
+    if not host or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise ValueError(f"not an IPMI address (host[:port]): {address!r}")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+class IpmiDriver(BmcDriver):
+    """One BMC over IPMI 2.0 LAN (RMCP+). The session opens on first use."""
+
+    def __init__(self, address: str, credentials: Credentials, *,
+                 command_factory: Callable[..., Any] = pyghmi_command.Command) -> None:
+        self.host, self.port = parse_address(address)
+        self.target = f"ipmi://{self.host}:{self.port}"
+        self._credentials = credentials
+        self._factory = command_factory
+        self._cmd: Any = None
+        self._lock = threading.Lock()
+
+    def validate(self) -> None:
+        if not self._credentials.username:
+            raise AuthFailed(self.target, "no IPMI user name given")
+
+    # -- session and error translation, in one place
+    def _session(self) -> Any:
+        if self._cmd is None:
+            try:
+                self._cmd = self._factory(bmc=self.host, userid=self._credentials.username,
+                                          password=self._credentials.password, port=self.port)
+            except pyghmi_exc.IpmiException as exc:
+                raise self._login_error(exc) from None
+            except OSError as exc:  # name resolution, no route
+                raise Unreachable(self.target, f"cannot reach the BMC: {exc.strerror or exc}") \
+                    from None
+        return self._cmd
+
+    def _login_error(self, exc: pyghmi_exc.IpmiException) -> DriverError:
+        text = str(exc.args[0]) if exc.args and exc.args[0] else ""
+        if any(word in text.lower() for word in _AUTH_WORDS):
+            return AuthFailed(self.target, f"the BMC refused the user or password ({text})")
+        return Unreachable(self.target, "no answer to IPMI session setup "
+                                        f"({text or 'timed out'})")
+
+    def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        with self._lock:
+            cmd = self._session()
+            try:
+                return fn(cmd)
+            except pyghmi_exc.IpmiException as exc:
+                error = self._command_error(what, exc)
+            except (pyghmi_exc.UnsupportedFunctionality, NotImplementedError) as exc:
+                error = NotSupported(self.target, f"{what}: {exc or 'not supported by this BMC'}")
+            except OSError as exc:
+                error = Unreachable(self.target, f"{what}: {exc.strerror or exc}")
+            if isinstance(error, Unreachable):
+                self._drop()  # the session is broken: log in afresh next time
+            raise error
+
+    def _command_error(self, what: str, exc: pyghmi_exc.IpmiException) -> DriverError:
+        code = getattr(exc, "ipmicode", 0)
+        text = str(exc.args[0]) if exc.args and exc.args[0] else ""
+        if code == 0xFFFF or text in ("timeout", "") or "session" in text.lower():
+            return Unreachable(self.target, f"{what}: the BMC stopped answering")
+        if code == 0xC1:
+            return NotSupported(self.target, f"{what}: the BMC does not know this command (C1h)")
+        suffix = f" (completion code {code:02X}h)" if code else ""
+        return OperationFailed(self.target, f"{what}: {text}{suffix}")
+
+    def _raw(self, cmd: Any, netfn: int, command: int, data: tuple[int, ...] = ()) -> bytes:
+        rsp = cmd.raw_command(netfn=netfn, command=command, data=data)
+        if "error" in rsp:
+            raise pyghmi_exc.IpmiException(rsp["error"], rsp.get("code", 0))
+        return bytes(rsp["data"])
+
+    def _drop(self) -> None:
+        cmd, self._cmd = self._cmd, None
+        if cmd is not None:
+            # a broken session may fail to log out; there is nothing left to release then
+            with contextlib.suppress(Exception):
+                cmd.ipmi_session.logout()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    # -- power
+    def power_state(self) -> PowerState:
+        state = self._call("power status", lambda c: c.get_power()["powerstate"])
+        return PowerState.ON if state == "on" else PowerState.OFF
+
+    def power(self, action: PowerAction) -> None:
+        current = self.power_state()
+        if current is PowerState.ON and action is PowerAction.ON:
+            return
+        if current is PowerState.OFF and action in (PowerAction.OFF, PowerAction.GRACEFUL_OFF):
+            return
+        if current is PowerState.OFF and action in (PowerAction.CYCLE, PowerAction.RESET):
+            action = PowerAction.ON  # nothing to restart: just power on
+        directive = _CHASSIS_CONTROL[action]
+        self._call(f"power {action.value}", lambda c: self._raw(c, 0x00, 0x02, (directive,)))
+
+    # -- boot device
+    def set_boot(self, device: BootDevice, *, once: bool = True,
+                 mode: BootMode = BootMode.UEFI) -> None:
+        if device not in _BOOT_SELECTOR:
+            raise NotSupported(self.target, f"boot device {device.value}: IPMI boot flags have "
+                                            "no HTTP boot selector; use Redfish (UefiHttp)")
+        flags = 0x80 | (0x00 if once else 0x40) | (0x20 if mode is BootMode.UEFI else 0x00)
+        data = (0x05, flags, _BOOT_SELECTOR[device] << 2, 0x00, 0x00, 0x00)
+
+        def send(cmd: Any) -> None:
+            self._raw(cmd, 0x00, 0x08, (0x03, 0x08))  # clear the valid bit only at our request
+            self._raw(cmd, 0x00, 0x08, data)
+
+        self._call(f"set boot device {device.value}", send)
+
+    def boot_override(self) -> tuple[BootDevice | None, bool, BootMode]:
+        """The pending override: (device or None, persistent, mode), from boot flags."""
+        raw = self._call("get boot device", lambda c: self._raw(c, 0x00, 0x09, (0x05, 0, 0)))
+        flags, selector = (raw[2], raw[3]) if len(raw) >= 4 else (0, 0)
+        mode = BootMode.UEFI if flags & 0x20 else BootMode.LEGACY
+        if not flags & 0x80:
+            return None, False, mode
+        device = next((d for d, s in _BOOT_SELECTOR.items() if s == (selector >> 2) & 0x0F), None)
+        return device, bool(flags & 0x40), mode
+
+    # -- inventory
+    def _read_fru(self, cmd: Any) -> bytes:
+        info = self._raw(cmd, 0x0A, 0x10, (0,))
+        size = info[0] | info[1] << 8
+        data, chunk = bytearray(), _FRU_CHUNK
+        while len(data) < size:
+            count = min(chunk, size - len(data))
+            rsp = cmd.raw_command(netfn=0x0A, command=0x11,
+                                  data=(0, len(data) & 0xFF, len(data) >> 8, count))
+            if rsp.get("code") in _FRU_TOO_BIG and chunk > 8:
+                chunk //= 2  # ask for less, as the BMC wants
+                continue
+            if "error" in rsp:
+                raise pyghmi_exc.IpmiException(rsp["error"], rsp.get("code", 0))
+            got = bytes(rsp["data"][1:1 + rsp["data"][0]])
+            if not got:
+                break
+            data += got
+        return bytes(data)
+
+    def _system_firmware(self, cmd: Any) -> str:
+        """Get System Info Parameters, parameter 1 (system firmware version); '' if absent."""
+        rsp = cmd.raw_command(netfn=0x06, command=0x59, data=(0, 1, 0, 0))
+        if "error" in rsp or len(rsp["data"]) < 4:
+            return ""
+        data = bytes(rsp["data"])
+        return data[4:4 + data[3]].decode("ascii", "replace").strip("\x00 ")
+
+    def _fru_inventory(self, cmd: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        raw = self._read_fru(cmd)
+        if raw:
+            found.update(pyghmi_fru.FRU(rawdata=raw).info or {})
+        device = self._raw(cmd, 0x06, 0x01)
+        found["bmc_firmware"] = f"{device[2] & 0x7F}.{device[3]:02X}"
+        guid = cmd.raw_command(netfn=0x06, command=0x37)
+        if "error" not in guid and len(guid["data"]) == 16:
+            found["uuid"] = pyghmi_util.decode_wireformat_uuid(guid["data"]).lower()
+        found["bios_version"] = self._system_firmware(cmd)
+        return found
+
+    def inventory(self) -> HardwareInventory:
+        """System identity from FRU 0, GUID and firmware versions.
+
+        IPMI has no standard records for CPUs, memory, GPUs, NICs or drives: those lists are
+        empty and ``memory_gib`` is 0 here. Use Redfish for the full inventory.
+        """
+        fru = self._call("read FRU inventory", self._fru_inventory)
+
+        def text(*keys: str) -> str:
+            return next((str(fru[k]) for k in keys if fru.get(k)), "")
+
+        system = SystemInfo(
+            vendor=text("Manufacturer", "Board manufacturer"),
+            model=text("Product name", "Model", "Board product name"),
+            serial=text("Serial Number", "Chassis serial number", "Board serial number"),
+            uuid=text("uuid"),
+            bios_version=text("bios_version"),
+        )
+        firmware = [Firmware("BMC", fru["bmc_firmware"])]
+        if fru.get("bios_version"):
+            firmware.append(Firmware("BIOS", fru["bios_version"]))
+        return HardwareInventory(system=system, cpus=[], memory_gib=0.0, gpus=[], nics=[],
+                                 drives=[], firmware=firmware)
+
+    # -- sensors and health
+    def sensors(self) -> list[SensorReading]:
+        readings = self._call("read sensors", lambda c: list(c.get_sensor_data()))
+        return [SensorReading(name=r.name, kind=_SENSOR_KINDS.get(r.type, "other"),
+                              value=r.value, unit=r.units or "", health=_health_word(r.health))
+                for r in readings]
+
+    def health(self) -> Health:
+        summary = self._call("read health", lambda c: c.get_health())
+        details = {r.name: f"{_health_word(r.health)}: {', '.join(r.states)}".rstrip(": ")
+                   for r in summary.get("badreadings", [])}
+        return Health(overall=_health_word(summary.get("health", 0)), details=details)
+
+    # -- SEL
+    def event_log(self, since: datetime | None = None) -> list[LogEntry]:
+        records = self._call("read SEL", lambda c: list(c.get_event_log()))
+        entries = [_log_entry(r) for r in records]
+        if since is not None:
+            entries = [e for e in entries if e.created is None or e.created >= since]
+        return entries
+
+    def clear_event_log(self) -> None:
+        def clear(cmd: Any) -> None:
+            rsv = self._raw(cmd, 0x0A, 0x42)  # Reserve SEL
+            self._raw(cmd, 0x0A, 0x47, (rsv[0], rsv[1], *b"CLR", 0xAA))
+
+        self._call("clear SEL", clear)
+
+    # -- what IPMI cannot do
+    def bios_attributes(self) -> dict[str, object]:
+        raise NotSupported(self.target, f"BIOS attributes: {_NOT_IN_IPMI}")
+
+    def set_bios_attributes(self, attributes: dict[str, object]) -> None:
+        raise NotSupported(self.target, f"BIOS attributes: {_NOT_IN_IPMI}")
+
+    def virtual_media_insert(self, url: str) -> None:
+        raise NotSupported(self.target, f"virtual media: {_NOT_IN_IPMI}")
+
+    def virtual_media_eject(self) -> None:
+        raise NotSupported(self.target, f"virtual media: {_NOT_IN_IPMI}")
+
+    def firmware_update(self, image_url: str, targets: list[str] | None = None,
+                        progress: ProgressCallback | None = None) -> TaskProgress:
+        raise NotSupported(self.target, f"firmware update: {_NOT_IN_IPMI}")
+
+    def secure_erase(self, drive_id: str,
+                     progress: ProgressCallback | None = None) -> TaskProgress:
+        raise NotSupported(self.target, f"secure erase: {_NOT_IN_IPMI}")
+
+
+def _health_word(bits: int) -> str:
+    return next((word for bit, word in _HEALTH_WORDS if bits & bit), "OK")
+
+
+def _log_entry(record: dict[str, Any]) -> LogEntry:
+    created = None
+    if record.get("timestamp"):
+        # pyghmi gives local time without a zone; make it aware in the local zone.
+        created = datetime.fromisoformat(record["timestamp"]).astimezone()
+    parts = [str(p) for p in (record.get("component"), record.get("event"),
+                              record.get("event_data")) if p]
+    if record.get("deassertion"):
+        parts.append("deasserted")
+    message = ": ".join(parts[:2]) + (f" ({', '.join(parts[2:])})" if parts[2:] else "")
+    if not message:
+        oem = bytes(record.get("oemdata") or b"")
+        message = f"OEM record {oem.hex()}" if oem else "unknown record"
+    severity = _health_word(record["severity"]) if "severity" in record else None
+    return LogEntry(id=str(record.get("record_id", "")), created=created, severity=severity,
+                    message=message)
+

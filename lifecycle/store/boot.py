@@ -1,0 +1,116 @@
+"""Single-use phone-home tokens and the iPXE scripts that carry them; once-only side effects.
+
+A provisioning run issues one token per boot attempt; the boot server hands
+the script out by MAC and redeems the token when the node phones home. Only
+the token's sha256 is a key; a spent or superseded script is blanked so the
+token does not linger in the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from lifecycle.store import db
+from lifecycle.store.store import Store
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(v: datetime) -> datetime:
+    return v if v.tzinfo else v.replace(tzinfo=UTC)
+
+
+def issue_boot(store: Store, node: str, boot_mac: str, run_id: str, attempt: int,
+               render: Callable[[str], str], ttl: timedelta) -> None:
+    """Issue a fresh token for (run, attempt) and publish the script that carries it.
+
+    Any other unspent boot of this node is superseded: a node has at most one
+    pending boot. Re-issuing for the same (run, attempt) replaces the token.
+    """
+    token = secrets.token_urlsafe(24)
+    now = _now()
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(db.boot_tokens)
+                     .where(db.boot_tokens.c.node == node, db.boot_tokens.c.used_at.is_(None))
+                     .values(used_at=now, script="", report=json.dumps({"superseded": True})))
+        conn.execute(sa.delete(db.boot_tokens).where(db.boot_tokens.c.run_id == run_id,
+                                                     db.boot_tokens.c.attempt == attempt))
+        conn.execute(sa.insert(db.boot_tokens).values(
+            token_sha256=_sha(token), node=node, boot_mac=boot_mac, run_id=run_id, attempt=attempt,
+            script=render(token), issued_at=now, expires_at=now + ttl))
+
+
+def pending_script(store: Store, mac: str) -> str | None:
+    q = (sa.select(db.boot_tokens.c.script, db.boot_tokens.c.expires_at)
+         .where(db.boot_tokens.c.boot_mac == mac.lower(), db.boot_tokens.c.used_at.is_(None))
+         .order_by(db.boot_tokens.c.issued_at.desc()).limit(1))
+    with store.engine.connect() as conn:
+        row = conn.execute(q).first()
+    if row is None or _aware(row.expires_at) < _now():
+        return None
+    return str(row.script)
+
+
+@dataclass(frozen=True)
+class Redeemed:
+    accepted: bool
+    reason: str
+    run_id: str | None = None
+    attempt: int | None = None
+
+
+def redeem(store: Store, token: str, node: str, report: dict[str, Any]) -> Redeemed:
+    """Spend a token once. Unknown, replayed, expired or mismatched tokens are refused."""
+    now = _now()
+    with store.engine.begin() as conn:
+        row = conn.execute(sa.select(db.boot_tokens).where(db.boot_tokens.c.token_sha256 == _sha(token))).first()
+        if row is None:
+            return Redeemed(False, "unknown token")
+        if row.used_at is not None:
+            return Redeemed(False, "token already used (replay refused)")
+        if _aware(row.expires_at) < now:
+            return Redeemed(False, "token expired")
+        if row.node != node:
+            return Redeemed(False, f"token was issued to another node, not {node}")
+        res = conn.execute(sa.update(db.boot_tokens)
+                           .where(db.boot_tokens.c.token_sha256 == row.token_sha256,
+                                  db.boot_tokens.c.used_at.is_(None))
+                           .values(used_at=now, script="", report=json.dumps(report, sort_keys=True)))
+        if res.rowcount != 1:
+            return Redeemed(False, "token already used (replay refused)")
+        return Redeemed(True, "", row.run_id, row.attempt)
+
+
+def claim_effect(store: Store, token: str, node: str, action: str) -> bool:
+    """Record that a side effect is about to happen; False if it was already claimed.
+
+    At most once: a crash between the claim and the effect loses the effect,
+    which the workflow's timeout-and-retry covers; it never doubles it.
+    """
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(sa.insert(db.effects).values(token=token, node=node, action=action, at=_now()))
+    except IntegrityError:
+        return False
+    return True
+
+
+def effects(store: Store, node: str) -> list[tuple[str, str]]:
+    q = sa.select(db.effects.c.token, db.effects.c.action).where(db.effects.c.node == node).order_by(db.effects.c.at)
+    with store.engine.connect() as conn:
+        return [(r.token, r.action) for r in conn.execute(q)]
