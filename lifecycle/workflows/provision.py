@@ -44,7 +44,7 @@ class ProvisionSettings:
         key = name or self.default_image
         if key not in self.images:
             raise KeyError(f"image '{key}' is not published on the boot server (have: {', '.join(sorted(self.images))})")
-        return BootImage(**{k: tuple(v) if k == "kernel_args" else v for k, v in self.images[key].items()})
+        return BootImage.from_json(self.images[key])
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +98,7 @@ def prepare_boot(node: str, image: dict[str, Any], attempt: int, phone_home_url:
     store = Store()
     try:
         spec = store.get(node).node()
-        img = BootImage(**{k: tuple(v) if k == "kernel_args" else v for k, v in image.items()})
+        img = BootImage.from_json(image)
         boot_store.issue_boot(store, node, spec.boot_mac(), current_run_id(), attempt,
                               lambda token: ipxe_script(spec, img, phone_home_url, token),
                               timedelta(seconds=ttl_s))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -106,7 +106,8 @@ class FakeBmc(BmcDriver):
     hardware: HardwareInventory = field(default_factory=default_inventory)
     readings: list[SensorReading] = field(default_factory=default_sensors)
     log: list[LogEntry] = field(default_factory=list)
-    bios: dict[str, object] = field(default_factory=lambda: {"BootMode": "Uefi", "SriovGlobalEnable": "Enabled"})
+    bios: dict[str, object] = field(
+        default_factory=lambda: {"BootMode": "Uefi", "SriovGlobalEnable": "Enabled"})
     calls: Counter[str] = field(default_factory=Counter)
     requests: list[str] = field(default_factory=list)
     boots: list[BootDevice | None] = field(default_factory=list)  # device used by each boot
@@ -278,7 +279,4 @@ class FakeBmc(BmcDriver):
         if drive is None:
             raise NotSupported(self.target, f"no drive {drive_id!r}")
         self.requests.append(f"erase:{drive_id}")
-        result = self._task(f"erase-{drive_id}", progress)
-        self.hardware = replace(self.hardware, drives=[d if d.id != drive_id else replace(d)
-                                                       for d in self.hardware.drives])
-        return result
+        return self._task(f"erase-{drive_id}", progress)

@@ -45,6 +45,18 @@ class BootImage:
     rootfs_sha256: str | None
     kernel_args: tuple[str, ...] = ("console=ttyS0", "quiet")
 
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> BootImage:
+        def s(key: str) -> str:
+            return str(data[key])
+
+        def opt(key: str) -> str | None:
+            return None if data.get(key) is None else str(data[key])
+
+        args = data.get("kernel_args", cls.kernel_args)
+        return cls(s("name"), s("version"), s("kernel_url"), s("initrd_url"), opt("rootfs_url"),
+                   opt("rootfs_sha256"), tuple(str(a) for a in args) if isinstance(args, (list, tuple)) else ())
+
 
 def ipxe_script(node: Node, image: BootImage, phone_home_url: str, token: str) -> str:
     """The per-node iPXE script: kernel, initrd, root image with its sha256, and a single-use token."""

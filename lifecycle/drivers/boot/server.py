@@ -75,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.client_address[0], format % args)
 
     def _send(self, status: int, body: bytes, ctype: str = "text/plain; charset=utf-8",
@@ -199,7 +199,8 @@ class BootServer:
         self._httpd.backend = backend
         self._httpd.images_dir = Path(images_dir).resolve() if images_dir else None
         bound_host, bound_port = self._httpd.server_address[:2]
-        self.url = advertise or f"http://{bound_host}:{bound_port}"
+        host_s = bound_host.decode() if isinstance(bound_host, bytes) else str(bound_host)
+        self.url = advertise or f"http://{host_s}:{bound_port}"
         self._httpd.base_url = self.url
         self._thread: threading.Thread | None = None
 
