@@ -43,7 +43,8 @@ class ProvisionSettings:
     def image(self, name: str | None) -> BootImage:
         key = name or self.default_image
         if key not in self.images:
-            raise KeyError(f"image '{key}' is not published on the boot server (have: {', '.join(sorted(self.images))})")
+            have = ", ".join(sorted(self.images))
+            raise KeyError(f"image '{key}' is not published on the boot server (have: {have})")
         return BootImage.from_json(self.images[key])
 
     def to_json(self) -> dict[str, Any]:
