@@ -122,7 +122,15 @@ class _Ask:
 class _Task:
     nodes: tuple[str, ...]
 
-    def ask(self, st: _State) -> _Ask | None:
+    def holds(self, st: _State) -> list[str]:
+        """The nodes this task keeps out of the pool of partners."""
+        return list(self.nodes)
+
+    def resolve(self, st: _State, rnd: int) -> list[_Task] | None:
+        """Tasks to replace this one when what it wanted to know is already known; None: still open."""
+        return None
+
+    def ask(self, st: _State, spare: int) -> _Ask | None:
         raise TypeError("abstract")
 
     def settle(self, groups: list[Group], slow: list[bool], st: _State, rnd: int) -> list[_Task]:
@@ -143,20 +151,33 @@ def _chunks(items: Sequence[str], parts: int) -> list[tuple[str, ...]]:
 class _Suspect(_Task):
     """A group known (or, for the first screen, suspected) to hold a fault: split and test the parts."""
 
-    def __init__(self, nodes: Sequence[str], parts: int, known_slow: bool) -> None:
+    def __init__(self, nodes: Sequence[str], parts: int, known_slow: bool, observed: bool = True) -> None:
         self.nodes = tuple(nodes)
         self.parts = parts
         self.known_slow = known_slow
+        self.observed = observed  # False: slow only by the caller's word, so a link found is re-tested
         self._chunks: list[tuple[str, ...]] = []
 
-    def ask(self, st: _State) -> _Ask | None:
-        open_nodes = [n for n in self.nodes if n not in st.good and n not in st.bad]
-        if not open_nodes:
+    def _open(self, st: _State) -> list[str]:
+        return [n for n in self.nodes if n not in st.good and n not in st.bad]
+
+    def holds(self, st: _State) -> list[str]:
+        return self._open(st)
+
+    def resolve(self, st: _State, rnd: int) -> list[_Task] | None:
+        if self._open(st):
             return None
-        parts = self.parts if len(open_nodes) > 2 or self.parts > 2 else 2
-        if len(open_nodes) == 1:
-            parts = 1
-        self._chunks = _chunks(open_nodes, parts)
+        if self.known_slow and not any(n in st.bad for n in self.nodes):
+            return _hunt([(n,) for n in self.nodes], st, rnd, "every node good, slow together", self.observed)
+        return []
+
+    def ask(self, st: _State, spare: int) -> _Ask | None:
+        open_nodes = self._open(st)
+        # as many parts as wanted, but no more one-node parts than there are good partners free
+        for parts in range(min(self.parts, len(open_nodes)), 0, -1):
+            self._chunks = _chunks(open_nodes, parts)
+            if sum(len(c) == 1 for c in self._chunks) <= spare or parts <= 2:
+                break
         groups = [list(c) for c in self._chunks]
         return _Ask(groups, [i for i, c in enumerate(self._chunks) if len(c) == 1])
 
@@ -166,11 +187,13 @@ class _Suspect(_Task):
             if not was_slow:
                 st.mark_good(group)
             elif len(chunk) > 1:
-                nxt.append(_Suspect(chunk, 2, known_slow=True))
+                # three or fewer: test each with a good partner at once rather than halve twice
+                nxt.append(_Suspect(chunk, len(chunk) if len(chunk) <= 3 else 2, known_slow=True))
             else:
                 nxt.extend(_singleton_slow(chunk[0], group[-1], st, rnd))
-        if self.known_slow and not any(slow):
-            nxt.extend(_hunt([c for c in self._chunks], st, rnd, "parts each fast, together slow"))
+        if self.known_slow and not any(slow) and not any(n in st.bad for n in self.nodes):
+            rest = tuple(n for n in self.nodes if not any(n in c for c in self._chunks))
+            nxt.extend(_hunt([*self._chunks, rest], st, rnd, "parts each fast, together slow", self.observed))
         return nxt
 
 
@@ -190,7 +213,10 @@ class _Singleton(_Task):
     def __init__(self, node: str) -> None:
         self.nodes = (node,)
 
-    def ask(self, st: _State) -> _Ask | None:
+    def resolve(self, st: _State, rnd: int) -> list[_Task] | None:
+        return [] if self.nodes[0] in st.good or self.nodes[0] in st.bad else None
+
+    def ask(self, st: _State, spare: int) -> _Ask | None:
         return _Ask([[self.nodes[0]]], [0])
 
     def settle(self, groups: list[Group], slow: list[bool], st: _State, rnd: int) -> list[_Task]:
@@ -203,23 +229,46 @@ class _Singleton(_Task):
         return []
 
 
-def _hunt(parts: list[tuple[str, ...]], st: _State, rnd: int, why: str) -> list[_Task]:
+def _hunt(parts: list[tuple[str, ...]], st: _State, rnd: int, why: str, observed: bool) -> list[_Task]:
+    """Search ``parts`` (each fast, together slow) for the bad link; ``observed``: "slow" was measured."""
     parts = [p for p in parts if p]
     if len(parts) == 2 and len(parts[0]) == 1 and len(parts[1]) == 1:
+        if not observed:
+            return [_Confirm(parts[0][0], parts[1][0])]
         st.mark_link(parts[0][0], parts[1][0], f"both nodes good, slow together ({why}; round {rnd})")
         return []
-    return [_LinkHunt(parts)] if len(parts) >= 2 else []
+    return [_LinkHunt(parts, observed)] if len(parts) >= 2 else []
+
+
+class _Confirm(_Task):
+    """A link inferred from an unmeasured premise: run the two nodes together before naming it."""
+
+    def __init__(self, a: str, b: str) -> None:
+        self.nodes = (a, b)
+
+    def ask(self, st: _State, spare: int) -> _Ask | None:
+        return _Ask([list(self.nodes)], [])
+
+    def settle(self, groups: list[Group], slow: list[bool], st: _State, rnd: int) -> list[_Task]:
+        a, b = self.nodes
+        if slow[0]:
+            st.mark_link(a, b, f"both nodes good, slow together (round {rnd})")
+        else:
+            st.mark_good(self.nodes)
+            st.reasons["unreproduced"] = f"the slow run did not reproduce: every group tested fast (round {rnd})"
+        return []
 
 
 class _LinkHunt(_Task):
     """Parts that are each fast but slow together: a bad link runs between two of them."""
 
-    def __init__(self, parts: list[tuple[str, ...]]) -> None:
+    def __init__(self, parts: list[tuple[str, ...]], observed: bool) -> None:
         self.parts = parts
+        self.observed = observed
         self.nodes = tuple(n for p in parts for n in p)
         self._plan: list[list[tuple[str, ...]]] = []
 
-    def ask(self, st: _State) -> _Ask | None:
+    def ask(self, st: _State, spare: int) -> _Ask | None:
         if len(self.parts) > 2:
             half = len(self.parts) // 2
             self._plan = [self.parts[:half], self.parts[half:]]
@@ -237,10 +286,12 @@ class _LinkHunt(_Task):
             tested = [side for side in self._plan if len(side) > 1]
             slow_sides = [side for side, s in zip(tested, slow, strict=True) if s]
             if slow_sides:
-                return [t for side in slow_sides for t in _hunt(side, st, rnd, "link search")]
+                return [t for side in slow_sides for t in _hunt(side, st, rnd, "link search", True)]
             merged = [tuple(n for p in side for n in p) for side in self._plan]
-            return _hunt(merged, st, rnd, "link search")
-        return _hunt(self._plan[0] if slow[0] else self._plan[1], st, rnd, "link search")
+            return _hunt(merged, st, rnd, "link search", self.observed)
+        if slow[0]:
+            return _hunt(self._plan[0], st, rnd, "link search", True)
+        return _hunt(self._plan[1], st, rnd, "link search", self.observed)
 
 
 def _fallback(tasks: list[_Task], st: _State, tried: set[Link]) -> list[list[str]]:
@@ -287,16 +338,19 @@ def isolate(
     cap = max_parallel if max_parallel is not None else max(1, len(order))
     limit = max_rounds if max_rounds is not None else 4 * (len(order) + 2)
     top = max(2, len(order) // 2) if split == "pairs" else 2
-    tasks: list[_Task] = [_Suspect(order, min(top, cap), known_slow=assume_slow)] if len(order) > 1 else []
+    tasks: list[_Task] = [_Suspect(order, min(top, cap), known_slow=assume_slow, observed=False)] if len(order) > 1 else []
     rounds: list[RoundRecord] = []
     tried: set[Link] = set()
     verified = not verify
 
+    found_at_verify = -1
     while len(rounds) < limit:
-        if not tasks and not verified:
-            verified = True
+        tasks = _resolve_all(tasks, st, len(rounds))
+        found = len(st.bad) + len(st.links)
+        if not tasks and not verified and found != found_at_verify:
+            verified, found_at_verify = True, found
             rest = [n for n in order if n not in st.bad and all(n != b for _, b in st.links)]
-            if len(rest) >= 2 and (st.bad or st.links or not assume_slow):
+            if len(rest) >= 2:
                 tasks = [_Verify(rest)]
         if not tasks:
             break
@@ -319,9 +373,8 @@ def isolate(
             n = len(gs)
             new_tasks.extend(task.settle([tuple(g) for g in gs], slow[i : i + n], st, len(rounds)))
             i += n
-        for task in new_tasks:
-            if isinstance(task, _Verify):
-                verified = False
+        if any(isinstance(task, _Verify) for task, _ in planned) and new_tasks:
+            verified = False  # the re-run was slow: search again, then verify again
         tasks = waiting + new_tasks
 
     accounted = st.bad | set(st.good)
@@ -342,7 +395,7 @@ class _Verify(_Task):
     def __init__(self, nodes: Sequence[str]) -> None:
         self.nodes = tuple(nodes)
 
-    def ask(self, st: _State) -> _Ask | None:
+    def ask(self, st: _State, spare: int) -> _Ask | None:
         return _Ask([list(self.nodes)], [])
 
     def settle(self, groups: list[Group], slow: list[bool], st: _State, rnd: int) -> list[_Task]:
@@ -352,36 +405,54 @@ class _Verify(_Task):
         return [_Suspect(self.nodes, 2, known_slow=True)]
 
 
+def _resolve_all(tasks: list[_Task], st: _State, rnd: int) -> list[_Task]:
+    out: list[_Task] = []
+    queue = list(tasks)
+    while queue:
+        task = queue.pop(0)
+        replacement = task.resolve(st, rnd)
+        if replacement is None:
+            out.append(task)
+        else:
+            queue.extend(replacement)
+    return out
+
+
 def _plan_round(tasks: list[_Task], st: _State, cap: int) -> tuple[list[tuple[_Task, list[list[str]]]], list[_Task]]:
-    busy = {n for t in tasks for n in t.nodes}
+    busy = {n for t in tasks for n in t.holds(st)}
     free = [g for g in st.good if g not in busy]
     planned: list[tuple[_Task, list[list[str]]]] = []
     waiting: list[_Task] = []
     used = 0
     for task in tasks:
-        ask = task.ask(st)
-        if ask is None:
+        ask = task.ask(st, len(free))
+        if ask is None or not ask.groups:
             continue
-        if used + len(ask.groups) > cap or len(ask.partners) > len(free):
+        if used + len(ask.groups) > cap:
             waiting.append(task)
             continue
-        for i in ask.partners:
-            ask.groups[i].append(_partner_for(ask.groups[i][0], free, st))
+        partners = _partners(ask, free, st)
+        if partners is None:
+            waiting.append(task)
+            continue
+        for i, g in zip(ask.partners, partners, strict=True):
+            ask.groups[i].append(g)
+            free.remove(g)
         used += len(ask.groups)
-        if ask.groups:
-            planned.append((task, ask.groups))
-        else:
-            waiting.append(task)
+        planned.append((task, ask.groups))
     return planned, waiting
 
 
-def _partner_for(node: str, free: list[str], st: _State) -> str:
-    """A free good node not already seen slow with ``node`` (so a repeat test adds evidence)."""
-    seen = st.slow_with.get(node, set())
-    for i, g in enumerate(free):
-        if g not in seen:
-            return free.pop(i)
-    return free.pop(0)
+def _partners(ask: _Ask, free: list[str], st: _State) -> list[str] | None:
+    """Free good nodes, one per group that needs one, each not yet seen slow with that group's node."""
+    chosen: list[str] = []
+    for i in ask.partners:
+        seen = st.slow_with.get(ask.groups[i][0], set())
+        pick = next((g for g in free if g not in seen and g not in chosen), None)
+        if pick is None:
+            return None
+        chosen.append(pick)
+    return chosen
 
 
 def _run(test: GroupTest, groups: list[Group], rounds: list[RoundRecord]) -> list[bool]:

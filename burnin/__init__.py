@@ -9,4 +9,6 @@ The controller side (``acceptance``) reads the one document this package writes,
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from burnin.result import BURNIN_VERSION as __version__
+
+__all__ = ["__version__"]

@@ -127,6 +127,22 @@ def _from_smi(report: smi_parser.SmiReport) -> GpuInventory:
     return GpuInventory("nvidia-smi", report.driver_version, report.cuda_version, None, gpus)
 
 
+def _nvlink_from_smi(ctx: RunContext, inv: GpuInventory) -> None:
+    """Without NVML, NVLink state comes from ``nvidia-smi nvlink --status`` (if it answers)."""
+    run = ctx.tools.run("gpu.nvlink", ["nvidia-smi", "nvlink", "--status"], 60)
+    if run.failure() is not None or run.exit_code != 0:
+        return
+    try:
+        links = smi_parser.parse_nvlink_status(run.stdout)
+    except ParseError as exc:
+        for g in inv.gpus:
+            g.notes.append(f"nvlink: {exc}")
+        return
+    for g in inv.gpus:
+        if g.index in links:
+            g.nvlink_active = links[g.index]
+
+
 def check_gpu(ctx: RunContext) -> CheckResult:
     started = iso(ctx.tools.clock())
     try:
@@ -142,6 +158,7 @@ def check_gpu(ctx: RunContext) -> CheckResult:
             check.reason = f"NVML unavailable ({nvml_reason}); nvidia-smi fallback: {check.reason}"
             return check
         inv = _from_smi(report)
+        _nvlink_from_smi(ctx, inv)
     check.options = {"expect_driver": ctx.expect_driver, "expect_cuda": ctx.expect_cuda}
     findings = judge.judge_gpus(inv, ctx.profile, ctx.expect_driver, ctx.expect_cuda)
     measured = {

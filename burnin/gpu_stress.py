@@ -116,7 +116,6 @@ def _copies(torch: Any, dev: Any, timer: _Timer, nbytes: int, r: GpuStressResult
     r.hbm_gbps = 2 * nbytes / timer.time(lambda: on_dev2.copy_(on_dev), 10) / 1e9
     timer.sync()
     r.copy_verified = bool(torch.equal(back, src)) and bool(torch.equal(on_dev2, on_dev))
-    del src, back, on_dev, on_dev2
 
 
 def reference_check(torch: Any, a: Any, b: Any, c: Any, rows: list[int]) -> tuple[bool, float]:
@@ -183,10 +182,11 @@ def _one(
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     r = GpuStressResult(index=index, name=name)
     timer = _Timer(torch, dev)
-    for step in (
+    steps: list[Callable[[], None]] = [
         lambda: _copies(torch, dev, timer, nbytes, r),
         lambda: _gemm(torch, dev, timer, n, seconds, r, matmul, clock),
-    ):
+    ]
+    for step in steps:
         try:
             step()
         except RuntimeError as exc:  # CUDA errors, OOM: torch raises RuntimeError subclasses
@@ -218,7 +218,7 @@ def run(
             pool.submit(_one, torch, dev, i, seconds, gemm_size, copy_bytes, mm, clock)
             for i, dev in enumerate(devices)
         ]
-        gpus = [f.result() for f in futures]
+        gpus: list[GpuStressResult] = [f.result() for f in futures]
     return StressReport(
         torch_version=str(torch.__version__),
         cuda_version=getattr(torch.version, "cuda", None),

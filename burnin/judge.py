@@ -43,7 +43,7 @@ def _per_gpu(
         who = ", ".join(f"GPU {g.index} ({g.serial or g.pci_bus_id or '?'}): {read(g)}" for g in failing)
         return Finding(name, "fail", measured, threshold, f"{what}: {who}")
     if missing:
-        notes = "; ".join(n for g in missing for n in g.notes[:1])
+        notes = "; ".join(dict.fromkeys(n for g in missing for n in g.notes[:1]))
         who = ", ".join(str(g.index) for g in missing)
         return Finding(name, "error", measured, threshold, f"{what} not reported for GPU {who} {notes}".strip())
     if not gpus:

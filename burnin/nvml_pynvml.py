@@ -44,8 +44,8 @@ def _text(value: object) -> str:
 
 
 class PynvmlNvml:
-    def __init__(self) -> None:
-        self._nv = _load()
+    def __init__(self, module: Any = None) -> None:
+        self._nv = module if module is not None else _load()
 
     def _init(self) -> None:
         try:
@@ -119,8 +119,9 @@ class PynvmlNvml:
         g.pcie_gen_max = self._read(r, "pcie gen max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(h)))
         g.pcie_width_current = self._read(r, "pcie width", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
         g.pcie_width_max = self._read(r, "pcie width max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(h)))
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons"
+        reasons_fn = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         mask = self._read(r, "clock event reasons", lambda: int(reasons_fn(h)))
         g.throttle_reasons = (

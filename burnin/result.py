@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 SCHEMA = "racklife.burnin.result"
+BURNIN_VERSION = "0.1.0"
 SCHEMA_VERSION = 1
 
 Verdict = Literal["pass", "fail", "error"]
@@ -103,7 +104,7 @@ def worst(verdicts: list[Verdict]) -> Verdict:
 def _verdict(value: object, where: str) -> Verdict:
     if value not in VERDICTS:
         raise ResultFormatError(f"{where}: verdict {value!r} is not one of {VERDICTS}")
-    return cast(Verdict, value)
+    return value  # narrowed to Verdict by the membership test above
 
 
 def _str_or_none(value: object, where: str) -> str | None:
@@ -177,14 +178,19 @@ def load_result(text: str) -> RunResult:
     checks = doc.get("checks")
     if not isinstance(checks, list):
         raise ResultFormatError("'checks' must be a list")
-    fields_ = {}
-    for key in ("profile", "level", "host", "started_at", "ended_at", "burnin_version"):
+    def field_(key: str) -> str:
         value = doc.get(key)
         if not isinstance(value, str):
             raise ResultFormatError(f"{key!r} must be a string")
-        fields_[key] = value
+        return value
+
     return RunResult(
+        profile=field_("profile"),
+        level=field_("level"),
+        host=field_("host"),
+        started_at=field_("started_at"),
+        ended_at=field_("ended_at"),
         verdict=_verdict(doc.get("verdict"), "result"),
         checks=[_check_from(c, f"checks[{i}]") for i, c in enumerate(checks)],
-        **fields_,
+        burnin_version=field_("burnin_version"),
     )

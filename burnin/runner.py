@@ -11,10 +11,11 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from burnin import __version__, checks, judge
+from burnin import checks, judge
 from burnin.gpu_stress import StressReport
 from burnin.nvml import GpuInventory, Nvml, NvmlXid
 from burnin.parsers.dcgm import DcgmReport
@@ -22,7 +23,7 @@ from burnin.parsers.infiniband import IbReport
 from burnin.parsers.nccl import NcclReport
 from burnin.parsers.xid import XidReport
 from burnin.profiles import Profile
-from burnin.result import CheckResult, Finding, ResultFormatError, RunResult, worst
+from burnin.result import BURNIN_VERSION, CheckResult, Finding, ResultFormatError, RunResult, worst
 from burnin.serde import from_dict
 from burnin.tools import ToolRunner, iso
 
@@ -57,37 +58,43 @@ def run(
         checks.start_xid_watch(ctx)
     results: list[CheckResult] = []
 
-    def record(check: CheckResult) -> None:
+    def record(name: str, do: Callable[[], CheckResult]) -> None:
+        when = iso(tools.clock())
+        try:
+            check = do()
+        except Exception as exc:  # a bug or an unforeseen tool state: recorded, never a pass
+            check = CheckResult(name=name, kind=name.split(".")[0], verdict="error", started_at=when,
+                                ended_at=iso(tools.clock()),
+                                reason=f"internal error in check: {type(exc).__name__}: {exc}")
         results.append(check)
         if on_check is not None:
             on_check(check)
 
+    steps: dict[str, Callable[[], CheckResult]] = {
+        "gpu": lambda: checks.check_gpu(ctx),
+        "kernel_xid": lambda: checks.check_kernel_xid(ctx),
+        "ib": lambda: checks.check_ib(ctx),
+        "dcgm": lambda: checks.check_dcgm(ctx),
+        "stress": lambda: checks.check_stress(ctx),
+    }
     for name in wanted:
         if name == "xid_events":
             continue  # finished last, after everything else has loaded the GPUs
         if name in skip:
-            record(_skipped(name, iso(tools.clock())))
-        elif name == "gpu":
-            record(checks.check_gpu(ctx))
-        elif name == "kernel_xid":
-            record(checks.check_kernel_xid(ctx))
-        elif name == "ib":
-            record(checks.check_ib(ctx))
-        elif name == "dcgm":
-            record(checks.check_dcgm(ctx))
+            record(name, partial(_skipped, name, iso(tools.clock())))
         elif name == "nccl":
             for collective in profile.nccl.collectives[level]:
-                record(checks.check_nccl(ctx, collective))
-        elif name == "stress":
-            record(checks.check_stress(ctx))
+                record(f"nccl.{collective}", partial(checks.check_nccl, ctx, collective))
+        elif name in steps:
+            record(name, steps[name])
         else:
-            record(CheckResult(name=name, kind=name, verdict="error",
-                               reason=f"profile names unknown check {name!r}"))
+            record(name, partial(CheckResult, name=name, kind=name, verdict="error",
+                                 reason=f"profile names unknown check {name!r}"))
     if "xid_events" in wanted:
         if "xid_events" in skip:
-            record(_skipped("xid_events", iso(tools.clock())))
+            record("xid_events", lambda: _skipped("xid_events", iso(tools.clock())))
         else:
-            record(checks.finish_xid_watch(ctx, started))
+            record("xid_events", lambda: checks.finish_xid_watch(ctx, started))
     result = RunResult(
         profile=profile.name,
         level=level,
@@ -96,7 +103,7 @@ def run(
         ended_at=iso(tools.clock()),
         verdict=worst([c.verdict for c in results]),
         checks=results,
-        burnin_version=__version__,
+        burnin_version=BURNIN_VERSION,
     )
     result.write(out_dir / "result.json")
     return result

@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
   slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin   # real Slurm in the lab
   openssh-server openssh-client iproute2 procps util-linux psmisc        # lab nodes in netns
   ipmitool openipmi                                # IPMI cross-checks
+  qemu-system-x86 ipxe-qemu busybox-static dnsmasq # network boot of the minimal image
   openssl
 )
 

@@ -3,7 +3,7 @@ link layer.
 
 Both tools are read into one shape so the judge does not care which one the node had.
 ``ibv_devinfo`` prints states as ``PORT_ACTIVE (4)`` / ``LINK_UP (5)`` and, with ``-v``, the
-rate as lanes × per-lane speed (``4X (2)`` and ``100.0 Gbps (128)``); they are mapped to
+rate as lanes x per-lane speed (``4X (2)`` and ``100.0 Gbps (128)``); they are mapped to
 ``ibstat``'s words (``Active``, ``LinkUp``, Gb/s) through the tables below.
 """
 

@@ -10,7 +10,7 @@ and raises.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET  # noqa: S405  (local tool output; see _parse_xml)
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -330,6 +330,36 @@ def _parse_table(text: str) -> SmiReport:
     if not gpus:
         raise ParseError("nvidia-smi table lists no GPUs")
     return SmiReport("table", head.group("driver"), _na(head.group("cuda")), gpus)
+
+
+# --------------------------------------------------------------------------- nvlink --status
+
+_NVL_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)\s*$")
+_NVL_LINK = re.compile(r"^\s+Link (?P<link>\d+): (?P<value>.+?)\s*$")
+
+
+def parse_nvlink_status(text: str) -> dict[int, list[bool]]:
+    """``nvidia-smi nvlink --status``: per GPU index, one entry per link, True when active.
+
+    A link prints its speed when up and ``<inactive>`` when down; a GPU whose links are
+    all down prints "Unable to retrieve NVLink information as all links are inactive".
+    """
+    out: dict[int, list[bool]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        if m := _NVL_GPU.match(line):
+            current = int(m.group("index"))
+            out[current] = []
+        elif current is not None and (m := _NVL_LINK.match(line)):
+            value = m.group("value")
+            if not re.match(r"^(?:\d+(?:\.\d+)?\s*GB/s|<inactive>)$", value):
+                raise ParseError(f"unreadable NVLink state {value!r} for GPU {current}")
+            out[current].append(value != "<inactive>")
+        elif current is not None and "all links are inactive" in line:
+            out[current] = []
+    if not out:
+        raise ParseError("no GPU in nvidia-smi nvlink --status output")
+    return out
 
 
 def parse(text: str) -> SmiReport:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 LEVELS = ("quick", "standard", "full")
@@ -195,7 +196,18 @@ def available() -> list[str]:
 
 
 def load(name: str) -> Profile:
-    """Load a shipped profile by name (``h100-sxm-8`` …)."""
+    """Load a shipped profile by name (``h100-sxm-8`` …), or a profile file by path (``*.toml``).
+
+    A file lets a site (or the lab, whose simulated nodes have no GPU for NVML or torch)
+    run its own check list and thresholds; it is validated exactly like a shipped one.
+    """
+    if name.endswith(".toml"):
+        path = Path(name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ProfileError(f"cannot read profile file {name}: {exc.strerror}") from exc
+        return from_toml(text, path.name)
     if name not in available():
         raise ProfileError(f"unknown profile {name!r}; known: {', '.join(available())}")
     text = resources.files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8")

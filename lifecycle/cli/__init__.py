@@ -6,8 +6,12 @@ import os
 
 import typer
 
+from lifecycle.cli import bmc as _bmc
 from lifecycle.cli import burnin as _burnin
+from lifecycle.cli import evidence as _evidence
+from lifecycle.cli import image as _image
 from lifecycle.cli import inventory as _inventory
+from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import workflows as _workflows
@@ -36,9 +40,13 @@ app.add_typer(_inventory.app, name="inventory")
 app.add_typer(_nodes.nodes_app, name="nodes")
 app.add_typer(_nodes.node_app, name="node")
 app.add_typer(_workflows.app, name="workflows")
+app.add_typer(_image.app, name="image")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")
+app.add_typer(_evidence.app, name="evidence")
 app.add_typer(_burnin.app, name="burnin")
+app.add_typer(_bmc.app, name="bmc")
+app.add_typer(_lab.app, name="lab")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ delete it. A lab refuses to start while any namespace with its prefix exists.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import os
@@ -101,10 +102,8 @@ def kill_all(netns: str, grace_s: float = 2.0) -> int:
     pids = pids_in(netns)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + grace_s
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.02)

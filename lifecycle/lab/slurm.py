@@ -135,7 +135,7 @@ class LabSlurm:
             resume_program=str(r / "bin" / "resume"),
             suspend_program=str(r / "bin" / "suspend"),
             suspend_time_s=self.config.suspend_time_s,
-            suspend_timeout_s=30,
+            suspend_timeout_s=5,
             resume_timeout_s=self.config.resume_timeout_s,
             power_save_interval_s=1,
             node_ports={n: p for n, p in self.ports.items() if n != "slurmctld"},

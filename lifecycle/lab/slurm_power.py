@@ -32,6 +32,8 @@ def _conf_value(conf: Path, key: str) -> str:
 
 def resume(conf: Path, hosts: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # slurmscriptd's PATH lacks the sbin directories where slurmd lives.
+    os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
     # The boot must come after the resume request, or slurmctld keeps waiting.
     time.sleep(1.0)
     failed = 0
@@ -42,15 +44,23 @@ def resume(conf: Path, hosts: list[str]) -> int:
              "slurmd", "-N", host, "-f", str(conf)],
             stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
         )
+        _log(conf, f"resume {host}: exit {res.returncode} {res.stderr.decode(errors='replace')}")
         if res.returncode != 0:
             failed += 1
-            sys.stderr.write(f"resume {host}: slurmd exited {res.returncode}\n")
     return 1 if failed else 0
+
+
+def _log(conf: Path, line: str) -> None:
+    """slurmctld discards our output; keep it next to its own log."""
+    log = Path(_conf_value(conf, "SlurmctldLogFile")).parent / "power.log"
+    with log.open("a") as f:
+        f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line.strip()}\n")
 
 
 def suspend(conf: Path, hosts: list[str]) -> int:
     run_dir = Path(_conf_value(conf, "SlurmdPidFile")).parent
     for host in hosts:
+        _log(conf, f"suspend {host}")
         pid_file = run_dir / f"slurmd-{host}.pid"
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)

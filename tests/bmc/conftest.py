@@ -53,7 +53,7 @@ def bmc_config(name: str, tree: Path, **settings: object) -> BmcConfig:
                      **settings)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def emulator(redfish_dir: Path) -> Iterator[RedfishEmulator]:
     """One BMC per captured tree, as captured (no extra hardware), tasks finishing in 3 polls."""
     bmcs = [bmc_config(name, redfish_dir / name, task_polls=3) for name in VENDOR_TREES]
@@ -61,7 +61,7 @@ def emulator(redfish_dir: Path) -> Iterator[RedfishEmulator]:
         yield emu
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def gpu_emulator(redfish_dir: Path) -> Iterator[RedfishEmulator]:
     """GPU nodes: 8 GPUs as Processors (OpenBMC/HGX style) or as PCIeDevices, 2 NVMe drives."""
     bmcs = [

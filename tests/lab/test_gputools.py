@@ -76,15 +76,15 @@ def test_healthy_node_passes_everything(make_node: MakeNode) -> None:
     assert [int(r["index"]) for r in rows] == list(range(8))
     assert all(int(r["memory.total"]) == 81559 for r in rows)
     for level in (1, 2, 3):
-        report, rc = diag(node, level)
-        assert report.passed and rc == 0
-        assert report.failed_gpus == []
+        verdict, rc = diag(node, level)
+        assert verdict.passed and rc == 0
+        assert verdict.failed_gpus == []
     assert any(t.name == "Targeted Power" for t in diag(node, 3)[0].tests)
     assert not any(t.name == "Targeted Power" for t in diag(node, 2)[0].tests)
     ar = allreduce(node)
     assert ar.complete and ar.ranks == 8 and ar.wrong_results == 0
     assert 450 <= ar.peak_busbw <= 500  # H100 NVLS: ~476 GB/s (fixtures/SOURCES.md section 8)
-    big = [r for r in ar.rows if r.size_bytes == 128 * 1024**2][0]
+    big = next(r for r in ar.rows if r.size_bytes == 128 * 1024**2)
     assert 350 <= big.busbw_oop <= 430  # the capture shows 383 GB/s at 128 MiB
     ib = infiniband.parse(tool(node, "ibstat")[0])
     assert len(ib.cas) == 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import socket
 import subprocess
 import time
@@ -66,8 +67,8 @@ def test_nodes_reach_each_other_and_the_controller_but_nothing_else(lab_prefix: 
     controller = netns.run_in(net.hub, lambda: listen(net.controller))
     try:
         for target in (server, controller):
-            host, port = target.getsockname()
-            peer = netns.run_in(b.netns, lambda h=host, p=port: socket.create_connection((h, p), 2))
+            where: tuple[str, int] = target.getsockname()
+            peer = netns.run_in(b.netns, functools.partial(socket.create_connection, where, 2))
             conn, origin = target.accept()
             assert origin[0] == b.address
             conn.close()

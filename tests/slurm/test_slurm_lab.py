@@ -171,7 +171,9 @@ def test_leave_wait_deadline_reports_the_running_job(lab: LabSlurm, driver: Slur
 def test_power_save_round_trip(lab: LabSlurm, driver: SlurmDriver) -> None:
     assert driver.node("gpu-014").state.powered_down
     job = sbatch(lab, "-p", "flex", "-N1", "-w", "gpu-014", "--wrap", "true")
-    wait_for(lambda: driver.job(job).state == "COMPLETED", 60, f"job {job} on a resumed node")
+    # Slurm 22.05 notices the booted node's job is configured in its 30 s periodic pass.
+    wait_for(lambda: driver.job(job).state == "COMPLETED", 90, f"job {job} on a resumed node")
+    assert "resume gpu-014: exit 0" in (lab.root / "log" / "power.log").read_text()
     node = driver.node("gpu-014")
     assert not node.state.powered_down
     assert node.state.base == "idle"
@@ -179,8 +181,13 @@ def test_power_save_round_trip(lab: LabSlurm, driver: SlurmDriver) -> None:
     driver.power_down(["gpu-014"], force=True)
     wait_for(lambda: driver.node("gpu-014").state.powered_down, 30, "gpu-014 to power down")
     driver.power_up(["gpu-014"])
-    wait_for(lambda: driver.node("gpu-014").state == driver.node("gpu-001").state.__class__("idle"),
-             60, "gpu-014 to come back idle")
+
+    def back() -> bool:
+        state = driver.node("gpu-014").state
+        return state.base == "idle" and state.responding and not (
+            state.powered_down or "POWERING_UP" in state.flags
+        )
+    wait_for(back, 60, "gpu-014 to come back idle")
 
 
 def test_cli_status_reports_drain_owners(lab: LabSlurm, driver: SlurmDriver,

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pyghmi import exceptions as pyghmi_exc
 from pyghmi.ipmi import command as pyghmi_command
 from pyghmi.ipmi import fru as pyghmi_fru
+from pyghmi.ipmi.private import session as pyghmi_session
 from pyghmi.ipmi.private import util as pyghmi_util
 
 from lifecycle.drivers.bmc.base import (
@@ -108,9 +109,16 @@ class IpmiDriver(BmcDriver):
     # -- session and error translation, in one place
     def _session(self) -> Any:
         if self._cmd is None:
+            user, password = self._credentials.username, self._credentials.password
+            # pyghmi keeps a failed login in its table of logins in progress (its key there is
+            # not the one it deletes), and hands that dead session to the next caller; drop it.
+            key = (self.host, user, password, self.port, None)
+            stale = pyghmi_session.Session.initting_sessions.get(key)
+            if stale is not None and getattr(stale, "broken", False):
+                del pyghmi_session.Session.initting_sessions[key]
             try:
-                self._cmd = self._factory(bmc=self.host, userid=self._credentials.username,
-                                          password=self._credentials.password, port=self.port)
+                self._cmd = self._factory(bmc=self.host, userid=user, password=password,
+                                          port=self.port)
             except pyghmi_exc.IpmiException as exc:
                 raise self._login_error(exc) from None
             except OSError as exc:  # name resolution, no route

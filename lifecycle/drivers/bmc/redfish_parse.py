@@ -127,7 +127,8 @@ def gpu_from_hpe_pci(device: Json) -> Gpu:
 
 
 def nic(interface: Json) -> NicInfo | None:
-    address = mac(interface.get("PermanentMACAddress")) or mac(interface.get("MACAddress"))
+    # The MAC in use (what DHCP sees) first; the burned-in one when the BMC gives only that.
+    address = mac(interface.get("MACAddress")) or mac(interface.get("PermanentMACAddress"))
     if address is None:
         return None
     link_status = interface.get("LinkStatus")

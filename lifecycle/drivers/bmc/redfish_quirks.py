@@ -30,7 +30,7 @@ class VendorQuirks:
     evidence: tuple[str, ...] = ()
 
 
-GENERIC = VendorQuirks("generic", event_logs=("SEL", "Sel", "EventLog", "Log", "Log1"))
+GENERIC = VendorQuirks("generic")
 
 DELL = VendorQuirks(
     "Dell",

@@ -85,7 +85,7 @@ def ipxe_script(node: Node, image: BootImage, phone_home_url: str, token: str) -
 def chain_script(boot_base_url: str) -> str:
     """The script every iPXE client gets first: fetch this machine's own script by MAC."""
     base = _url(boot_base_url.rstrip("/"), "boot_base_url")
-    return f"#!ipxe\nchain {base}/boot/${{net0/mac}}.ipxe || goto failed\nexit\n:failed\nsleep 10\nreboot\n"
+    return f"#!ipxe\nchain {base}/boot/${{net0/mac:hexhyp}}.ipxe || goto failed\nexit\n:failed\nsleep 10\nreboot\n"
 
 
 def parse_ipxe_args(script: str) -> dict[str, str]:

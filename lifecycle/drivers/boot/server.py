@@ -20,6 +20,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote
 
 from lifecycle.drivers.boot.render import chain_script
 
@@ -93,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+        path = unquote(self.path.split("?", 1)[0])
         if path == "/boot.ipxe":
             self._send(200, chain_script(self.server.base_url).encode())
             return
@@ -203,6 +204,15 @@ class BootServer:
         self.url = advertise or f"http://{host_s}:{bound_port}"
         self._httpd.base_url = self.url
         self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def advertise_as(self, url: str) -> None:
+        """The base URL clients use (e.g. ``http://10.0.2.2:PORT`` from a QEMU user-mode guest)."""
+        self.url = url.rstrip("/")
+        self._httpd.base_url = self.url
 
     @property
     def phone_home_url(self) -> str:

@@ -140,15 +140,16 @@ def run(s: NodeState, level: int, gpus: list[Gpu]) -> dict[str, Any]:
 
 def _table(doc: dict[str, Any], s: NodeState, gpus: list[Gpu]) -> str:
     sep = "+---------------------------+------------------------------------------------+"
+    right = "+" + "-" * 48 + "|"
     rows = [("DCGM Version", DCGM_VERSION), ("Driver Version Detected", s.driver_version),
             ("GPU Device IDs Detected", ",".join(s.model.device_id[2:6] for _ in gpus))]
     out = ["Successfully ran diagnostic for group.", sep,
            "| Diagnostic                | Result                                         |",
            "+===========================+================================================+",
-           "|" + "-----  Metadata  ".ljust(27, "-") + "+------------------------------------------------|"]
+           "|" + "-----  Metadata  ".ljust(27, "-") + right]
     out += [f"| {k:<25} | {v:<46} |" for k, v in rows]
     for cat in doc["DCGM GPU Diagnostic"]["test_categories"]:
-        out.append("|" + f"-----  {cat['category']}  ".ljust(27, "-") + "+------------------------------------------------|")
+        out.append("|" + f"-----  {cat['category']}  ".ljust(27, "-") + right)
         for test in cat["tests"]:
             failed = [r for r in test["results"] if r["status"] == "Fail"]
             if all(r["status"] == "Skip" for r in test["results"]):

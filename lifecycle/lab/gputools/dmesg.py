@@ -11,7 +11,7 @@ count from the node's simulated boot; `-T`/`--ctime` and
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from lifecycle.lab.gputools.state import NodeState
 
@@ -73,7 +73,7 @@ def main(argv: list[str], s: NodeState) -> tuple[str, int]:
         if ctime:
             stamp = "[" + time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(boot + t)) + "]"
         elif iso:
-            stamp = datetime.fromtimestamp(boot + t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
+            stamp = datetime.fromtimestamp(boot + t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
         else:
             stamp = f"[{t:12.6f}]"
         lines.append(f"{stamp} {msg}")

@@ -28,6 +28,13 @@ OPS: dict[str, tuple[str, str, float]] = {
 }
 _SIZE_RE = re.compile(r"^(\d+)([KMG]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+TABLE_HEAD = [
+    "#" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    "     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
+    "     (us)  (GB/s)  (GB/s)",
+]
 LATENCY_US = 25.0
 RAMP_US = 75.0
 RAMP_BYTES = 16 * 1024**2
@@ -55,7 +62,7 @@ def _time_str(us: float) -> str:
 
 
 def _sizes(lo: int, hi: int, factor: int, step: int) -> list[int]:
-    out = []
+    out: list[int] = []
     size = lo
     while size <= hi and len(out) < 64:
         out.append(size)
@@ -103,11 +110,7 @@ def main(tool: str, argv: list[str], s: NodeState) -> tuple[str, int]:
     factor = bus_factor(kind, n)
     peak_bus = s.model.busbw_gbps * share * s.busbw_factor()
     peak_alg = peak_bus / factor if factor else s.model.busbw_gbps  # 1 GPU: a local copy
-    lines += [
-        "#                                                              out-of-place                       in-place",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
-    ]
+    lines += TABLE_HEAD
     align = 4 * (n if kind == "gather" else 1)
     rng = random.Random(f"{s.name}/{tool}/{n}")
     total = 0.0

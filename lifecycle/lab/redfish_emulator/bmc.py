@@ -85,6 +85,7 @@ class BmcState:
         self.logs: dict[str, list[Resource]] = {}
         self.booted_from: list[str] = []  # boot targets used at each boot, for tests and the lab
         self._ids = 0
+        self._log_services: dict[str, str] | None = None
         root = self.tree.service_root
         self.sessions_path = norm(root.get("Links", {}).get("Sessions", {}).get(
             "@odata.id", "/redfish/v1/SessionService/Sessions"))
@@ -216,9 +217,13 @@ class BmcState:
 
     # --- event logs ------------------------------------------------------------------------
 
-    def log_services(self) -> list[str]:
-        """Entries collections of every LogService with a ClearLog action, systems first."""
-        found: list[str] = []
+    def log_services(self) -> dict[str, str]:
+        """Entries collections of every LogService (key -> @odata.id), ClearLog ones first,
+        systems before managers."""
+        if self._log_services is not None:
+            return self._log_services
+        clearable: dict[str, str] = {}
+        others: dict[str, str] = {}
         owners = self.systems + [norm(p) for p in self.tree.members(
             self.tree.service_root.get("Managers", {}).get("@odata.id", "/redfish/v1/Managers"))]
         for owner in owners:
@@ -226,9 +231,11 @@ class BmcState:
             for service in self.tree.members(services) if services else []:
                 res = self.tree.get(service) or {}
                 entries = res.get("Entries", {}).get("@odata.id")
-                if entries and "#LogService.ClearLog" in res.get("Actions", {}):
-                    found.append(norm(entries))
-        return found
+                if entries:
+                    clear = "#LogService.ClearLog" in res.get("Actions", {})
+                    (clearable if clear else others)[norm(entries)] = str(entries).rstrip("/")
+        self._log_services = {**clearable, **others}
+        return self._log_services
 
     def log_entries(self, entries_path: str) -> list[Resource]:
         key = norm(entries_path)
@@ -241,8 +248,8 @@ class BmcState:
         services = self.log_services()
         if not services:
             return
-        entries = self.log_entries(services[0])
-        base = (self.tree.get(services[0]) or {}).get("@odata.id", services[0]).rstrip("/")
+        key, base = next(iter(services.items()))
+        entries = self.log_entries(key)
         eid = f"emu{self.next_id()}"
         entries.append({"@odata.id": f"{base}/{eid}", "@odata.type": "#LogEntry.v1_6_1.LogEntry",
                         "Id": eid, "Name": "Log Entry", "EntryType": "Event",
@@ -251,7 +258,8 @@ class BmcState:
     def log_collection(self, entries_path: str) -> Resource:
         entries = self.log_entries(entries_path)
         template = self.tree.get(entries_path) or {}
-        return {"@odata.id": template.get("@odata.id", entries_path),
+        path = self.log_services().get(norm(entries_path), entries_path)
+        return {"@odata.id": path,
                 "@odata.type": template.get("@odata.type",
                                             "#LogEntryCollection.LogEntryCollection"),
                 "Name": template.get("Name", "Log Entries"),
@@ -299,13 +307,12 @@ class BmcState:
         bios = self.resource(bios_link) if bios_link else None
         settings_link = (bios or {}).get("@Redfish.Settings", {}).get("SettingsObject", {}).get(
             "@odata.id")
-        if bios_link and settings_link:
-            pending = self.overlay.get(norm(settings_link), {}).get("Attributes") or {}
-            if pending:
-                live = self.writable(bios_link)
-                live.setdefault("Attributes", {}).update(pending)
-                self.bump_etag(live)
-                self.overlay[norm(settings_link)]["Attributes"] = {}
+        pending = (self.resource(settings_link) or {}).get("Attributes") if settings_link else None
+        if bios_link and settings_link and pending:
+            live = self.writable(bios_link)
+            live.setdefault("Attributes", {}).update(pending)
+            self.bump_etag(live)
+            self.writable(settings_link)["Attributes"] = {}
 
     def reset(self, sys_path: str, reset_type: str) -> Reply:
         current = self.power_state(sys_path)

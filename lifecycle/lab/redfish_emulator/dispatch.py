@@ -123,7 +123,7 @@ def get(state: BmcState, path: str) -> Reply:
         body = task.resource(clock)
         return Reply(202, body, {"Retry-After": "1"}) if task.state == "Running" else Reply(200,
                                                                                            body)
-    if key in state.log_services() or key in state.logs:
+    if key in state.log_services():
         return Reply(200, state.log_collection(key))
     entry = state.log_entry(key)
     if entry is not None:

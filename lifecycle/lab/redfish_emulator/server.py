@@ -19,6 +19,7 @@ import ssl
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +87,7 @@ class RedfishEmulator:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._hanging: set[asyncio.Task[Any]] = set()
+        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -114,9 +116,14 @@ class RedfishEmulator:
     async def stop_async(self) -> None:
         for task in list(self._hanging):
             task.cancel()
+        # Clients may still hold keep-alive connections; a BMC going away drops them (and a
+        # TLS transport left to the garbage collector would never be closed).
+        for transport in list(self._transports):
+            transport.abort()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -208,6 +215,8 @@ class RedfishEmulator:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         state = self._by_addr.get((sockname[0], sockname[1])) if sockname else None
+        if request.transport is not None:
+            self._transports.add(request.transport)
         if state is None:
             return web.Response(status=500, text="unknown listener")
         path = request.path

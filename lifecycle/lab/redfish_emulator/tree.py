@@ -59,6 +59,7 @@ class VendorTree:
                 raw[norm(url)] = (file.read_bytes(), "application/xml")
             elif file.suffix == ".json":
                 raw[norm(url + "/" + file.name)] = (file.read_bytes(), "application/json")
+        _add_missing_service_collections(resources)
         return cls(name=root.name, root=root, resources=resources, raw_files=raw)
 
     def get(self, path: str) -> Resource | None:
@@ -96,6 +97,22 @@ class VendorTree:
         coll = self.get(path) or {}
         return [m["@odata.id"] for m in coll.get("Members", []) if isinstance(m, dict)
                 and "@odata.id" in m]
+
+
+# Collections a service root links that captures often leave out; served empty when absent.
+_ROOT_COLLECTIONS = {
+    "Registries": ("#MessageRegistryFileCollection.MessageRegistryFileCollection", "Registries"),
+    "JsonSchemas": ("#JsonSchemaFileCollection.JsonSchemaFileCollection", "JSON Schemas"),
+}
+
+
+def _add_missing_service_collections(resources: dict[str, Resource]) -> None:
+    root = resources.get(norm("/redfish/v1"), {})
+    for name, (odata_type, title) in _ROOT_COLLECTIONS.items():
+        link = root.get(name, {}).get("@odata.id") if isinstance(root.get(name), dict) else None
+        if isinstance(link, str) and norm(link) not in resources:
+            resources[norm(link)] = {"@odata.id": link.rstrip("/"), "@odata.type": odata_type,
+                                     "Name": title, "Members": [], "Members@odata.count": 0}
 
 
 def _strip_mockup_annotations(data: Any) -> Any:

@@ -1,0 +1,174 @@
+"""`racklife lab up|status|down|inventory|env|fault`: an emulated rack on this machine.
+
+`up` starts the lab's supervisor process (``lifecycle.lab.rack``) in the
+background and waits until every node booted and every Slurm node is idle;
+the other commands read the state file it keeps. `down` works from names
+alone, so it also cleans up after a lab that crashed, and `up` does the same
+before it starts. See docs/lab.md for what is real and what is simulated.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import FAILED, REFUSED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.lab import netns, rack
+from lifecycle.lab.faults import PROFILES, Fault, FaultFileError, load_faults, read_fault, write_fault
+from lifecycle.model.skus import SKUS
+
+app = typer.Typer(help="An emulated GPU rack on this machine (needs root).", no_args_is_help=True)
+
+DirOpt = typer.Option(rack.DEFAULT_LAB_DIR, "--dir", help="Lab directory (env RACKLIFE_LAB_DIR).")
+PrefixOpt = typer.Option(netns.DEFAULT_PREFIX, "--prefix", help="Name prefix of the lab's namespaces.")
+
+
+def _state_or_exit(lab_dir: Path) -> dict[str, Any]:
+    state = rack.read_state(lab_dir)
+    if state is None or not rack.supervisor_alive(state) or state.get("phase") != "ready":
+        fail(f"no lab is running in {lab_dir} (start one with 'racklife lab up')", REFUSED)
+    return state
+
+
+@app.command("up")
+def up(
+    nodes: int = typer.Option(8, "--nodes", help="Number of simulated nodes."),
+    racks: int = typer.Option(0, "--racks", help="Number of racks (default: one per 8 nodes)."),
+    faults: Path | None = typer.Option(None, "--faults", help="YAML: node name -> fault profile."),
+    boot_time: float = typer.Option(1.0, "--boot-time", help="Seconds a node takes to boot."),
+    lab_dir: Path = DirOpt,
+    prefix: str = PrefixOpt,
+    timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the lab to be ready."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Bring up a lab: nodes in network namespaces with sshd and slurmd, BMCs, Slurm."""
+    if os.geteuid() != 0:
+        fail("the lab needs root (network namespaces, daemons)", REFUSED)
+    state = rack.read_state(lab_dir)
+    if rack.supervisor_alive(state):
+        fail(f"a lab is already running in {lab_dir}; run 'racklife lab down' first", REFUSED)
+    config = rack.RackConfig(lab_dir=lab_dir, nodes=nodes, racks=racks, boot_time_s=boot_time,
+                             prefix=prefix, ready_timeout_s=timeout)
+    try:
+        if faults is not None:
+            gpus = SKUS[config.sku].gpu_count
+            config = replace(config, faults=load_faults(faults, {n: gpus for n in config.names()}))
+        config.validate()
+    except (FaultFileError, ValueError) as exc:
+        fail(str(exc))
+    rack.cleanup(lab_dir, prefix)  # what a crashed lab left
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    rack.write_json(lab_dir / rack.CONFIG_FILE, config.to_json())
+    (lab_dir / rack.STATE_FILE).unlink(missing_ok=True)
+    started = time.monotonic()
+    with (lab_dir / "supervisor.log").open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "lifecycle.lab.rack", "serve", str(lab_dir)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    while True:
+        state = rack.read_state(lab_dir)
+        if state and state.get("phase") == "ready":
+            break
+        if proc.poll() is not None or (state and state.get("phase") == "failed"):
+            proc.wait()
+            why = (state or {}).get("error") or f"see {lab_dir / 'supervisor.log'}"
+            fail(f"the lab did not start: {why}", FAILED)
+        if time.monotonic() - started > timeout + 30:
+            rack.cleanup(lab_dir, prefix)
+            fail(f"the lab was not ready after {timeout:.0f} s; see {lab_dir / 'supervisor.log'}", FAILED)
+        time.sleep(0.2)
+    ready_s = round(time.monotonic() - started, 1)
+    if as_json:
+        emit_json({**state, "ready_s": ready_s})
+    else:
+        out_console.print(f"lab up: {nodes} nodes ready in {ready_s} s; 'racklife lab env' for the client setup")
+
+
+@app.command("status")
+def status(lab_dir: Path = DirOpt, as_json: bool = JsonOpt) -> None:
+    """Nodes, their power and BMCs, and the paths clients need."""
+    state = rack.read_state(lab_dir)
+    alive = rack.supervisor_alive(state)
+    if state is None:
+        fail(f"no lab in {lab_dir}", REFUSED)
+    faults = {n["name"]: _fault_of(Path(n["dir"])) for n in state.get("nodes", [])}
+    if as_json:
+        emit_json({**state, "running": alive,
+                   "nodes": [{**n, "fault": faults[n["name"]]} for n in state.get("nodes", [])]})
+        return
+    out_console.print(f"lab {lab_dir}: {state.get('phase')}{'' if alive else ' (supervisor not running)'}")
+    emit_table(None, ["node", "pool", "address", "bmc", "power", "state", "fault"], [
+        (n["name"], n["pool"], n["address"], f"{n['bmc']['driver']} {n['bmc']['address']}" if n["bmc"] else "",
+         n["power"], n["state"], faults[n["name"]]) for n in state.get("nodes", [])])
+
+
+def _fault_of(node_dir: Path) -> str:
+    try:
+        f = read_fault(node_dir)
+    except (OSError, ValueError, KeyError):
+        return "?"
+    return f.profile if f.profile == "healthy" else f"{f.profile} (gpu {f.gpu})"
+
+
+@app.command("down")
+def down(lab_dir: Path = DirOpt, prefix: str = PrefixOpt, as_json: bool = JsonOpt) -> None:
+    """Stop the lab (also after a crash) and remove its namespaces and processes."""
+    state = rack.read_state(lab_dir)
+    prefix = str(state.get("prefix", prefix)) if state else prefix
+    removed = rack.cleanup(lab_dir, prefix)
+    left = netns.running(prefix)
+    if left:
+        fail(f"namespaces left behind: {', '.join(left)}", FAILED)
+    if as_json:
+        emit_json({"removed": removed})
+    else:
+        out_console.print("lab down" + (f": removed {', '.join(removed)}" if removed else ": nothing was running"))
+
+
+@app.command("inventory")
+def inventory(lab_dir: Path = DirOpt) -> None:
+    """Print the running lab's inventory YAML (every other command accepts it)."""
+    state = _state_or_exit(lab_dir)
+    sys.stdout.write(Path(state["inventory"]).read_text(encoding="utf-8"))
+
+
+@app.command("env")
+def env(lab_dir: Path = DirOpt) -> None:
+    """Print shell exports for clients of the running lab: eval "$(racklife lab env)"."""
+    state = _state_or_exit(lab_dir)
+    q = shlex.quote
+    lines = [f"export SLURM_CONF={q(state['slurm_conf'])}",
+             f"export RACKLIFE_INVENTORY={q(state['inventory'])}",
+             f"export RACKLIFE_LAB_SSH_CONFIG={q(state['ssh_config'])}",
+             f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)"]
+    if state.get("kubeconfig"):
+        lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
+    else:
+        lines.append("# KUBECONFIG: no Kubernetes stand-in (kmock) in this lab yet")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+@app.command("fault")
+def fault(
+    node: str = typer.Argument(..., help="Node name."),
+    profile: str = typer.Argument(..., help=f"One of: {', '.join(PROFILES)}."),
+    gpu: int = typer.Option(0, "--gpu", help="GPU (or IB port, for ib-down) the fault hits."),
+    lab_dir: Path = DirOpt,
+) -> None:
+    """Inject a fault into a running node; its tools answer accordingly from the next call."""
+    state = _state_or_exit(lab_dir)
+    dirs = {n["name"]: Path(n["dir"]) for n in state["nodes"]}
+    if node not in dirs:
+        fail(f"no node '{node}' in the lab (nodes: {', '.join(sorted(dirs))})")
+    try:
+        write_fault(dirs[node], Fault(profile, gpu))
+    except ValueError as exc:
+        fail(str(exc))
+    out_console.print(f"{node}: {profile}" + ("" if profile == "healthy" else f" (gpu {gpu})"))

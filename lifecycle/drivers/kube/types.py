@@ -1,0 +1,205 @@
+"""What racklife knows about Kubernetes nodes and pods, in the field's words, independent of the client.
+
+The real driver reads lightkube models and the fake reads its own dicts; both
+hand the rest of racklife these frozen dataclasses, so no vendor object crosses
+a module border. The ownership marks racklife puts on a node are named here
+once: the annotation ``racklife.io/cordoned-by: <run-id>`` and the taint
+``racklife.io/maintenance=<run-id>:NoSchedule``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+CORDONED_BY = "racklife.io/cordoned-by"
+CORDON_REASON = "racklife.io/cordon-reason"
+MAINTENANCE_TAINT = "racklife.io/maintenance"
+POOL_LABEL = "racklife.io/pool"
+MANAGED = "racklife.io/managed"
+"""Annotation listing the label and taint keys racklife set for the node's pool (JSON)."""
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_TAINT = re.compile(r"^(?P<key>[A-Za-z0-9./_-]+)(=(?P<value>[A-Za-z0-9._-]*))?:(?P<effect>[A-Za-z]+)$")
+_RUN = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+
+
+def check_run_id(run_id: str) -> str:
+    """Run ids go into label-like values (annotation and taint value): 1-63 of ``[A-Za-z0-9._-]``."""
+    if not _RUN.match(run_id):
+        raise ValueError(f"run id {run_id!r} must be 1-63 of [A-Za-z0-9._-]")
+    return run_id
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: TaintEffect
+    value: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Taint:
+        """kubectl's notation: ``key=value:Effect`` or ``key:Effect`` (what pool definitions use)."""
+        m = _TAINT.match(text.strip())
+        if m is None or m["effect"] not in _EFFECTS:
+            raise ValueError(f"{text!r} is not a taint (key[=value]:NoSchedule|PreferNoSchedule|NoExecute)")
+        return cls(m["key"], m["effect"], m["value"] or "")  # type: ignore[arg-type]
+
+    @classmethod
+    def from_api(cls, data: Mapping[str, Any]) -> Taint:
+        effect = str(data.get("effect"))
+        if effect not in _EFFECTS:
+            raise ValueError(f"unknown taint effect {effect!r}")
+        return cls(str(data["key"]), effect, str(data.get("value") or ""))  # type: ignore[arg-type]
+
+    def to_api(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+def maintenance_taint(run_id: str) -> Taint:
+    return Taint(MAINTENANCE_TAINT, "NoSchedule", check_run_id(run_id))
+
+
+@dataclass(frozen=True)
+class CordonOwner:
+    """Who holds a node's cordon: racklife (with its run id), someone else, or nobody."""
+
+    kind: Literal["racklife", "other", "none"]
+    run_id: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "racklife":
+            return f"racklife run {self.run_id!r}"
+        if self.kind == "other":
+            return f"someone else (no {CORDONED_BY} annotation: an admin, kubectl or another tool)"
+        return "nobody"
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    name: str
+    ready: bool
+    unschedulable: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    gpus: int = 0
+    """``status.allocatable[nvidia.com/gpu]``."""
+    resource_version: str = ""
+
+    @property
+    def owner(self) -> CordonOwner:
+        """Who cordoned the node, from racklife's annotation (``none`` when it is schedulable)."""
+        run = self.annotations.get(CORDONED_BY)
+        if not self.unschedulable:
+            return CordonOwner("none", run)
+        return CordonOwner("racklife", run) if run else CordonOwner("other")
+
+    @property
+    def pool(self) -> str | None:
+        return self.labels.get(POOL_LABEL)
+
+
+@dataclass(frozen=True)
+class KubePod:
+    namespace: str
+    name: str
+    node: str
+    phase: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    owner_kind: str | None = None
+    """Kind of the controlling owner (``ReplicaSet``, ``DaemonSet``, ``StatefulSet``, …)."""
+    mirror: bool = False
+    """A static pod's mirror: the kubelet owns it, the API cannot evict it."""
+    terminating: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def skip_reason(self) -> str | None:
+        """Why a drain leaves this pod alone (as ``kubectl drain --ignore-daemonsets`` does), or None."""
+        if self.mirror:
+            return "mirror pod (static pod managed by the kubelet)"
+        if self.owner_kind == "DaemonSet":
+            return "DaemonSet-managed"
+        return None
+
+
+@dataclass(frozen=True)
+class CordonResult:
+    node: str
+    action: Literal["cordoned", "already", "foreign", "uncordoned"]
+    """``foreign``: cordoned by someone else before us; left as it is and never lifted by racklife."""
+    owner: CordonOwner
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    node: str
+    pool: str
+    labels_set: Mapping[str, str] = field(default_factory=dict)
+    labels_removed: tuple[str, ...] = ()
+    taints_added: tuple[Taint, ...] = ()
+    taints_removed: tuple[Taint, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.labels_set or self.labels_removed or self.taints_added or self.taints_removed)
+
+
+@dataclass(frozen=True)
+class EvictionBackoff:
+    """How long a drain waits between eviction rounds while a PodDisruptionBudget says 429."""
+
+    first_s: float = 1.0
+    factor: float = 2.0
+    max_s: float = 30.0
+
+    def delays(self) -> Iterator[float]:
+        delay = self.first_s
+        while True:
+            yield delay
+            delay = min(delay * self.factor, self.max_s)
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """Every pod a drain touched, and what became of it."""
+
+    node: str
+    evicted: tuple[str, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """pod → why it was left (DaemonSet, mirror pod)."""
+    blocked: Mapping[str, str] = field(default_factory=dict)
+    """pod → why it could not be evicted by the deadline (the budget's own words)."""
+    terminating: tuple[str, ...] = ()
+    """Evicted, but still on the node when the deadline came."""
+    eviction_calls: int = 0
+    waited_s: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return not self.blocked and not self.terminating
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    name: str
+    namespace: str | None
+    resource_version: str
+    node: KubeNode | None = None
+    pod: KubePod | None = None

@@ -1,0 +1,1 @@
+"""Golden image builds: definitions in images/, turned into kernel, initrd, root image and a manifest."""

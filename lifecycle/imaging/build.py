@@ -1,0 +1,137 @@
+"""Build an image from its definition: fetch pinned Debian packages, assemble, hash, write a manifest.
+
+The package set is resolved once to exact versions and recorded; the
+initramfs is written by our own deterministic cpio writer and gzip with a
+zero mtime, so the same inputs give byte-identical artefacts and a manifest
+that differs only in its build time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lifecycle import __version__
+from lifecycle.imaging import cpio
+from lifecycle.imaging.definition import ImageDefinition
+
+Log = Callable[[str], None]
+
+
+class BuildError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str
+
+
+def _run(argv: list[str], cwd: Path | None = None) -> str:
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    except FileNotFoundError:
+        raise BuildError(f"{argv[0]} is not installed") from None
+    if proc.returncode != 0:
+        raise BuildError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def resolve(spec: str) -> Package:
+    """``name`` or ``name=version`` to an exact package; metapackages (linux-image-amd64) followed once."""
+    name, _, version = spec.partition("=")
+    if not version:
+        show = _run(["apt-cache", "show", "--no-all-versions", name])
+        fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", show, re.M))
+        if "Version" not in fields:
+            raise BuildError(f"package {name} not found in the apt index (run apt-get update)")
+        depends = fields.get("Depends", "")
+        # A kernel metapackage has no files of its own: take the image it depends on.
+        if name.startswith("linux-image-") and re.fullmatch(r"linux-image-[a-z0-9]+", name) and depends:
+            return resolve(depends.split(",")[0].split()[0])
+        version = fields["Version"]
+    return Package(name, version)
+
+
+def _fetch(pkg: Package, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
+    for deb in cache.glob(f"{pkg.name}_*.deb"):
+        if _run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
+            return deb
+    _run(["apt-get", "download", "-o", "APT::Sandbox::User=root", f"{pkg.name}={pkg.version}"], cwd=cache)
+    for deb in cache.glob(f"{pkg.name}_*.deb"):
+        if _run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
+            return deb
+    raise BuildError(f"apt-get download gave no .deb for {pkg.name} {pkg.version}")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log = lambda _: None) -> dict[str, Any]:
+    """Build ``defn`` into ``out/NAME-VERSION/``; return the manifest (also written as manifest.json)."""
+    target = out / f"{defn.name}-{defn.version}"
+    kernel_pkg = resolve(defn.kernel.package)
+    pkgs = [kernel_pkg, *(resolve(p) for p in defn.packages)]
+    log(f"packages: {', '.join(f'{p.name} {p.version}' for p in pkgs)}")
+    debs = {p: _fetch(p, cache) for p in pkgs}
+    with tempfile.TemporaryDirectory(prefix="racklife-image-") as tmp:
+        roots: dict[str, Path] = {}
+        for p, deb in debs.items():
+            roots[p.name] = Path(tmp) / p.name
+            _run(["dpkg-deb", "-x", str(deb), str(roots[p.name])])
+        kroot = roots[kernel_pkg.name]
+        vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
+        if not vmlinuz:
+            raise BuildError(f"{kernel_pkg.name} has no /boot/vmlinuz-*")
+        kver = vmlinuz[0].name.removeprefix("vmlinuz-")
+        entries = [cpio.directory(d) for d in ("bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", "tmp")]
+        for mod in defn.kernel.modules:
+            found = sorted((kroot / "lib" / "modules" / kver).rglob(f"{mod}.ko"))
+            if not found:
+                raise BuildError(f"kernel {kver} has no module {mod}.ko")
+            entries.append(cpio.file(f"lib/modules/{mod}.ko", found[0].read_bytes()))
+        busybox = next((r / "bin" / "busybox" for r in roots.values() if (r / "bin" / "busybox").is_file()), None)
+        if busybox is None:
+            raise BuildError("no package of the image provides /bin/busybox (add busybox-static)")
+        entries.append(cpio.file("bin/busybox", busybox.read_bytes(), executable=True))
+        entries.append(cpio.symlink("bin/sh", "busybox"))
+        entries.append(cpio.file("init", (defdir / defn.init).read_bytes(), executable=True))
+        for dest, src in sorted(defn.files.items()):
+            entries.append(cpio.file(dest.lstrip("/"), (defdir / src).read_bytes(), executable=True))
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        shutil.copyfile(vmlinuz[0], target / "vmlinuz")
+        (target / "initrd.img").write_bytes(cpio.gzipped(cpio.newc(entries)))
+    manifest: dict[str, Any] = {
+        "name": defn.name,
+        "version": defn.version,
+        "kind": defn.kind,
+        "base": defn.base.model_dump(),
+        "kernel_version": kver,
+        "packages": [{"name": p.name, "version": p.version, "deb_sha256": _sha256(debs[p])}
+                     for p in sorted(pkgs, key=lambda x: x.name)],
+        "artefacts": {f: {"sha256": _sha256(target / f), "size": (target / f).stat().st_size}
+                      for f in ("vmlinuz", "initrd.img")},
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "builder": {"name": "racklife", "version": __version__},
+    }
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    log(f"built {target}")
+    return manifest

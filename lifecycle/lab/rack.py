@@ -1,0 +1,400 @@
+"""The assembled lab rack: simulated nodes, their BMCs and a real Slurm cluster, under one supervisor.
+
+`racklife lab up` must return while the lab keeps running, and `lab down` must
+leave nothing behind even if the lab crashed. So one supervisor process
+(``python -m lifecycle.lab.rack serve LAB_DIR``) owns everything that lives in
+a process (the Redfish and IPMI emulators, the nodes' boot and power logic,
+the Slurm cluster), and it writes what it runs to ``LAB_DIR/state.json``.
+Everything else is named so it can be found without it: namespaces by prefix
+(``netns.teardown``), the Slurm PID namespace by the process group recorded
+in the state file. ``cleanup`` uses only those, so it works after a crash.
+
+Each node's BMC is the Redfish emulator serving a captured vendor tree (a
+mix across nodes) or, for every fourth node, the IPMI emulator. Their power
+hooks drive the node: power on boots it (sshd, then its slurmd), power off
+pulls the plug; a reset is off then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lifecycle.lab import netns
+from lifecycle.lab.faults import HEALTHY, Fault
+from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
+from lifecycle.lab.ipmi_emulator import IpmiEmulator
+from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
+from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+from lifecycle.lab.slurm import LabSlurm, lab_config
+from lifecycle.model.inventory import Inventory, dump_inventory, parse_inventory
+
+VENDOR_TREES = ("dell-idrac-bmclib", "hpe-ilo5-dl325", "openbmc-stock", "dmtf-public-rackmount1")
+DEFAULT_LAB_DIR = Path(os.environ.get("RACKLIFE_LAB_DIR", "/var/lib/racklife/lab"))
+STATE_FILE = "state.json"
+CONFIG_FILE = "lab.json"
+BMC_USER = "admin"
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+
+
+@dataclass(frozen=True)
+class RackConfig:
+    lab_dir: Path = DEFAULT_LAB_DIR
+    nodes: int = 8
+    racks: int = 0
+    """0: one rack per eight nodes."""
+    sku: str = "h100-sxm-8"
+    boot_time_s: float = 1.0
+    power_delay_s: float = 0.5
+    prefix: str = netns.DEFAULT_PREFIX
+    subnet: str = netns.DEFAULT_SUBNET
+    ipmi_every: int = 4
+    faults: dict[str, Fault] = field(default_factory=dict)
+    fixtures: Path = SHARED / "fixtures"
+    ready_timeout_s: float = 120.0
+
+    @property
+    def rack_count(self) -> int:
+        return self.racks or max(1, math.ceil(self.nodes / 8))
+
+    def names(self) -> list[str]:
+        width = max(2, len(str(self.nodes)))
+        return [f"node-{i + 1:0{width}d}" for i in range(self.nodes)]
+
+    def validate(self) -> None:
+        if not 1 <= self.nodes <= 1000:
+            raise ValueError("--nodes must be between 1 and 1000")
+        per_rack = math.ceil(self.nodes / self.rack_count)
+        if self.rack_count > self.nodes or per_rack > 20:
+            raise ValueError(f"{self.nodes} nodes do not fit {self.rack_count} racks (at most 20 per rack)")
+        unknown = sorted(set(self.faults) - set(self.names()))
+        if unknown:
+            raise ValueError(f"faults name nodes that are not in the lab: {', '.join(unknown)}")
+        netns.check_prefix(self.prefix)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(lab_dir=str(self.lab_dir), fixtures=str(self.fixtures),
+                    faults={k: asdict(v) for k, v in self.faults.items()})
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RackConfig:
+        data = dict(data)
+        data.update(lab_dir=Path(data["lab_dir"]), fixtures=Path(data["fixtures"]),
+                    faults={k: Fault(**v) for k, v in data.get("faults", {}).items()})
+        return cls(**data)
+
+
+def build_inventory(config: RackConfig, nets: dict[str, netns.NodeNet], bmcs: dict[str, tuple[str, str]],
+                    credentials: Path) -> Inventory:
+    """The lab's inventory: three quarters of the nodes in ``training`` (Slurm), the rest ``inference``."""
+    names = config.names()
+    training = len(names) - len(names) // 4
+    per_rack = math.ceil(len(names) / config.rack_count)
+    nodes = []
+    for i, name in enumerate(names):
+        driver, address = bmcs[name]
+        net = nets[name]
+        nodes.append({
+            "name": name, "serial": f"LAB{i + 1:05d}", "rack": f"rack-{i // per_rack + 1}",
+            "u": 1 + (i % per_rack) * 2, "sku": config.sku, "pool": "training" if i < training else "inference",
+            "bmc": {"driver": driver, "address": address, "credentials": f"file:{credentials}"},
+            "nics": [{"name": "eth0", "mac": net.mac, "role": "boot", "ip": net.address}],
+            "boot_ip": net.address, "topology": {"leaf": f"leaf-{i // per_rack + 1}"},
+        })
+    doc = {
+        "site": {"name": "lab", "location": "racklife lab (emulated)"},
+        "racks": [{"name": f"rack-{r + 1}"} for r in range(config.rack_count)],
+        "pools": {"training": {"scheduler": "slurm", "partition": "training"},
+                  "inference": {"scheduler": "kubernetes", "labels": {"racklife.io/pool": "inference"}}},
+        "nodes": nodes,
+    }
+    return parse_inventory(json.dumps(doc), "<lab inventory>")
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_state(lab_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def supervisor_alive(state: dict[str, Any] | None) -> bool:
+    pid = state.get("pid") if state else None
+    return isinstance(pid, int) and "lifecycle.lab.rack" in _cmdline(pid)
+
+
+def cleanup(lab_dir: Path, prefix: str, timeout_s: float = 60.0) -> list[str]:
+    """Stop a lab, running or crashed: its supervisor, its Slurm PID namespace, its namespaces."""
+    state = read_state(lab_dir)
+    done: list[str] = []
+    if state and supervisor_alive(state):
+        pid = int(state["pid"])
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while supervisor_alive(state) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if supervisor_alive(state):
+            os.kill(pid, signal.SIGKILL)
+        done.append(f"supervisor {pid}")
+    pgid = state.get("slurm_pgid") if state else None
+    if isinstance(pgid, int) and (_cmdline(pgid) or [""])[0].endswith("unshare"):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        done.append(f"slurm PID namespace {pgid}")
+    done += netns.teardown(prefix)
+    if state is not None:
+        state.update(phase="down", pid=None, slurm_pgid=None)
+        write_json(lab_dir / STATE_FILE, state)
+    return done
+
+
+class Rack:
+    """The running lab, inside the supervisor process."""
+
+    def __init__(self, config: RackConfig) -> None:
+        config.validate()
+        self.config = config
+        self.dir = config.lab_dir
+        self.net = netns.LabNet(config.prefix, config.subnet)
+        self.nodes: dict[str, SimNode] = {}
+        self.by_bmc: dict[str, str] = {}
+        self.slurm: LabSlurm | None = None
+        self.redfish: RedfishEmulator | None = None
+        self.ipmi: IpmiEmulator | None = None
+        self.inventory: Inventory | None = None
+        self._power = ThreadPoolExecutor(max_workers=8, thread_name_prefix="power")
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._stop = threading.Event()
+        self._hooks_live = False  # BMC events before the first power-on are the lab's own setup
+        self.started = time.time()
+        self.phase = "starting"
+        self.error: str | None = None
+
+    # ------------------------------------------------------------- power hooks
+
+    def _apply(self, name: str, state: str) -> None:
+        node = self.nodes.get(name)
+        if node is None or not self._hooks_live:
+            return
+        with self._node_locks[name]:
+            if state == "on" and node.power_state == "On":
+                node.power_off()  # a reset: the node goes down and boots again
+            if state == "on":
+                node.power_on()
+            else:
+                node.power_off()
+
+    def _redfish_power(self, bmc: str, _system: str, state: str) -> None:
+        self._power.submit(self._apply, self.by_bmc[bmc], "on" if state == "On" else "off")
+
+    def _ipmi_power(self, bmc: str, state: str) -> None:
+        self._power.submit(self._apply, self.by_bmc[bmc], state)
+
+    def _slurmd_start(self, name: str) -> None:
+        if self.slurm is not None and name in self.slurm.ports:
+            self.slurm.start_node(name, wait=False)
+
+    def _slurmd_stop(self, name: str) -> None:
+        if self.slurm is not None and name in self.slurm.ports:
+            self.slurm.stop_node(name)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        c = self.config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        creds = self.dir / "bmc-credentials"
+        password = secrets.token_urlsafe(16)
+        creds.touch(mode=0o600)
+        creds.write_text(f"{BMC_USER}:{password}\n", encoding="utf-8")
+        self.net.create()
+        names = c.names()
+        nets = {n.name: n for n in self.net.add_nodes(names)}
+        ssh = LabSsh(self.dir, self.net.hub)
+        ssh.prepare()
+        rf_configs, ipmi_specs, kinds = [], [], {}
+        for i, name in enumerate(names):
+            bmc = f"bmc-{name}"
+            self.by_bmc[bmc] = name
+            if c.ipmi_every and i % c.ipmi_every == c.ipmi_every - 1:
+                ipmi_specs.append(IpmiSpec(name=bmc, port=_free_udp_port(), username=BMC_USER,
+                                           password=password, power_on=True, power_delay_s=c.power_delay_s,
+                                           serial=f"LAB{i + 1:05d}"))
+                kinds[name] = "ipmi"
+            else:
+                tree = c.fixtures / "redfish" / VENDOR_TREES[i % len(VENDOR_TREES)]
+                rf_configs.append(BmcConfig(bmc, tree, BMC_USER, password, power_delay_s=c.power_delay_s))
+                kinds[name] = "redfish"
+        self.redfish = RedfishEmulator(rf_configs, on_power=self._redfish_power).start()
+        self.ipmi = IpmiEmulator(ipmi_specs, on_power=self._ipmi_power).start() if ipmi_specs else None
+        addresses = {s.name: ("ipmi", f"127.0.0.1:{s.port}") for s in ipmi_specs}
+        addresses.update({b: ("redfish", url) for b, url in self.redfish.urls.items()})
+        self.inventory = build_inventory(c, nets, {n: addresses[f"bmc-{n}"] for n in names}, creds)
+        (self.dir / "inventory.yaml").write_text(dump_inventory(self.inventory), encoding="utf-8")
+        self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[])).start()
+        for name in names:
+            self._node_locks[name] = threading.Lock()
+            self.nodes[name] = SimNode(
+                NodeSpec(name, c.sku, boot_time_s=c.boot_time_s), nets[name], self.dir, ssh,
+                fault=c.faults.get(name, HEALTHY), on_boot=[self._slurmd_start], on_shutdown=[self._slurmd_stop])
+        for node in self.nodes.values():
+            node.prepare()
+        ssh.write_config(list(self.nodes.values()))
+        self.write_state()
+        redfish = self.redfish
+        for state in redfish.states.values():  # a tree captured powered off (openbmc) is switched on
+            path = state.systems[0]
+            if state.power_state(path) != "On":
+                redfish.call(functools.partial(state.set_power, path, "On", boot=True))
+        for node in self.nodes.values():
+            node.power_on()
+        self._hooks_live = True
+        self._wait_ready()
+        self.phase = "ready"
+        self.write_state()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        for node in self.nodes.values():
+            if not node.wait_up(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"{node.name} did not boot: {node.boot_error or 'timed out'}")
+        slurm = self.slurm
+        assert slurm is not None and self.inventory is not None
+        wanted = set(slurm.ports)
+        while time.monotonic() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
+                                 env=slurm.env(), timeout=10, check=False).stdout
+            idle = {line.split()[0] for line in out.splitlines() if line.split()[1:] == ["idle"]}
+            if wanted <= idle:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("Slurm nodes did not all become idle")
+
+    def state(self) -> dict[str, Any]:
+        inv = {n.name: n for n in self.inventory.nodes} if self.inventory else {}
+        slurm = self.slurm
+        init = getattr(slurm, "_init", None)  # the Slurm PID namespace's unshare: its own session
+        return {
+            "phase": self.phase, "error": self.error, "pid": os.getpid(), "prefix": self.config.prefix,
+            "subnet": self.config.subnet, "lab_dir": str(self.dir), "started_at": self.started,
+            "config": self.config.to_json(),
+            "inventory": str(self.dir / "inventory.yaml"),
+            "slurm_conf": str(slurm.conf) if slurm else None,
+            "slurm_pgid": init.pid if init is not None else None,
+            "ssh_config": str(self.dir / "ssh" / "config"),
+            "kubeconfig": None,
+            "controller": self.net.controller,
+            "nodes": [{
+                "name": n.name, "address": n.net.address, "mac": n.net.mac,
+                "pool": inv[n.name].pool if n.name in inv else None,
+                "bmc": {"driver": inv[n.name].bmc.driver, "address": inv[n.name].bmc.address}
+                if n.name in inv else None,
+                "power": n.power_state, "state": n.state, "boot_error": n.boot_error,
+                "dir": str(n.dir),
+            } for n in self.nodes.values()],
+        }
+
+    def write_state(self) -> None:
+        write_json(self.dir / STATE_FILE, self.state())
+
+    def serve(self) -> None:
+        """Keep the state file current until SIGTERM."""
+        last = ""
+        while not self._stop.wait(0.5):
+            text = json.dumps(self.state(), default=str)
+            if text != last:
+                self.write_state()
+                last = text
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self) -> None:
+        self.phase = "stopping"
+        with contextlib.suppress(OSError):
+            self.write_state()
+        for node in self.nodes.values():
+            with contextlib.suppress(Exception):
+                node.close()
+        self._power.shutdown(wait=True, cancel_futures=True)
+        closers: list[Callable[[], None]] = []
+        if self.slurm is not None:
+            closers.append(self.slurm.stop)
+        if self.redfish is not None:
+            closers.append(self.redfish.stop)
+        if self.ipmi is not None:
+            closers.append(self.ipmi.stop)
+        for close in closers:
+            with contextlib.suppress(Exception):
+                close()
+        self.net.teardown()
+        self.phase = "down"
+        with contextlib.suppress(OSError):
+            write_json(self.dir / STATE_FILE, {**self.state(), "pid": None, "slurm_pgid": None})
+
+
+def serve(lab_dir: Path) -> int:
+    """The supervisor: start the rack from ``LAB_DIR/lab.json``, serve until SIGTERM, stop it."""
+    config = RackConfig.from_json(json.loads((lab_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+    rack = Rack(config)
+    signal.signal(signal.SIGTERM, lambda *_: rack.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: rack.request_stop())
+    try:
+        rack.start()
+        rack.serve()
+        return 0
+    except Exception as exc:
+        rack.phase, rack.error = "failed", f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(OSError):
+            rack.write_state()
+        print(f"racklife lab: {rack.error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        error = rack.error
+        rack.stop()
+        if error:
+            write_json(lab_dir / STATE_FILE, {**rack.state(), "phase": "failed", "error": error,
+                                              "pid": None, "slurm_pgid": None})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        sys.exit(serve(Path(sys.argv[2])))
+    sys.exit("usage: python -m lifecycle.lab.rack serve LAB_DIR")

@@ -1,0 +1,133 @@
+"""The evidence bundle: complete, hashed, and any change to it is caught (also through the CLI)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from acceptance.evidence import BundleMeta, EvidenceError, seal, verify, write_bundle
+from acceptance.judge import GroupRun, NodeInput, judge_rack
+from burnin.parsers import nccl
+from lifecycle.cli import app
+
+Build = Callable[[list[Any] | None], list[tuple[NodeInput, Path]]]
+META = BundleMeta(rack="rack-a", operator="alice@example.net", started_at="2026-11-30T02:00:00Z",
+                  ended_at="2026-11-30T02:12:00Z", racklife_version="0.1.0", level="quick",
+                  image="racklife-h100-ubuntu2204-2026.11.1", policy="operator")
+
+
+@pytest.fixture
+def bundle(rack8: Build, tmp_path: Path, fixtures_dir: Path) -> tuple[Path, str]:
+    built = rack8(None)
+    inputs = [inp for inp, _ in built]
+    degraded = (fixtures_dir / "nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text()
+    groups = [GroupRun(("gpu-a01", "gpu-a02"), "pair", nccl.parse(degraded, "all_reduce"), raw_output=degraded)]
+    j = judge_rack(inputs, groups=groups, group_profile="h100-sxm-8")
+    out = tmp_path / "bundle"
+    digest = write_bundle(out, j, inputs, {inp.node: d for inp, d in built}, META)
+    return out, digest
+
+
+def all_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def test_bundle_holds_everything_and_verifies(bundle: tuple[Path, str]) -> None:
+    root, digest = bundle
+    assert verify(root).ok and verify(root, digest).ok
+    node = root / "nodes" / "gpu-a05"
+    assert (node / "result.json").is_file() and (node / "raw" / "ib.out").is_file()
+    doc = json.loads((node / "judgement.json").read_text())
+    assert doc["verdict"] == "fail" and doc["operator"] == META.operator and doc["image"] == META.image
+    assert doc["tool_versions"]["dcgmi"] == "3.1.8" and doc["burnin_started_at"]
+    ib = next(f for f in doc["findings"] if f["check"] == "ib.ports")
+    assert ib["threshold"] == {"ports_min": 8, "rate_gbps": 400.0}
+    assert (root / "profiles" / "h100-sxm-8.toml").read_text().startswith("# Burn-in profile")
+    rack = json.loads((root / "rack.json").read_text())
+    assert rack["not_passed"] == ["gpu-a03", "gpu-a05", "gpu-a07"]
+    assert rack["multi_node"][0]["verdict"] == "fail"
+    assert (root / rack["multi_node"][0]["raw_output"]).read_text().startswith(" 0: # nThread")
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["manifest_sha256"] == digest
+    assert set(manifest["files"]) == {p.relative_to(root).as_posix() for p in all_files(root)} - {"manifest.json"}
+
+
+def test_changing_any_file_is_caught(bundle: tuple[Path, str]) -> None:
+    root, _ = bundle
+    files = [p for p in all_files(root) if p.name != "manifest.json"]
+    assert len(files) > 40
+    for path in files:
+        original = path.read_bytes()
+        path.write_bytes(original + b" ")
+        result = verify(root)
+        assert not result.ok and result.tampered == (path.relative_to(root).as_posix(),), path
+        path.write_bytes(original[:-1] + bytes([original[-1] ^ 1]) if original else b"x")  # same size
+        assert verify(root).tampered == (path.relative_to(root).as_posix(),)
+        path.write_bytes(original)
+    assert verify(root).ok
+
+
+def test_removed_added_and_linked_files_are_caught(bundle: tuple[Path, str]) -> None:
+    root, _ = bundle
+    victim = root / "nodes" / "gpu-a03" / "raw" / "nccl.all_reduce.out"
+    victim.rename(root / "moved.out")
+    result = verify(root)
+    assert result.missing == ("nodes/gpu-a03/raw/nccl.all_reduce.out",) and result.extra == ("moved.out",)
+    (root / "moved.out").rename(victim)
+    (root / "nodes" / "gpu-a01" / "raw" / "fake.out").symlink_to(victim)
+    assert verify(root).extra == ("nodes/gpu-a01/raw/fake.out",)
+
+
+def test_manifest_edits_are_caught(bundle: tuple[Path, str]) -> None:
+    root, digest = bundle
+    path = root / "manifest.json"
+    doc = json.loads(path.read_text())
+    target = "nodes/gpu-a03/judgement.json"
+    forged = json.loads((root / target).read_text())
+    forged["verdict"] = "pass"
+    (root / target).write_text(json.dumps(forged))
+    doc["files"][target]["sha256"] = "0" * 64
+    path.write_text(json.dumps(doc))
+    result = verify(root)
+    assert not result.ok and any("was edited" in p for p in result.problems)
+    # a forger who also re-seals: only the digest kept with the acceptance record gives it away
+    seal(root, created_at=doc["created_at"], operator=doc["operator"])
+    assert verify(root).ok
+    assert not verify(root, digest).ok
+    path.unlink()
+    assert verify(root).problems == ("manifest.json is missing",)
+
+
+def test_unsafe_inputs_are_refused(rack8: Build, tmp_path: Path) -> None:
+    built = rack8(None)[:1]
+    inp = built[0][0]
+    bad = NodeInput("../escape", inp.profile, inp.result)
+    with pytest.raises(EvidenceError, match="safe"):
+        write_bundle(tmp_path / "b", judge_rack([bad]), [bad], {}, META)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(EvidenceError, match="not empty"):
+        write_bundle(tmp_path / "full", judge_rack([inp]), [inp], {}, META)
+
+
+def test_cli_verify_exit_codes(bundle: tuple[Path, str]) -> None:
+    root, digest = bundle
+    runner = CliRunner()
+    ok = runner.invoke(app, ["evidence", "verify", str(root), "--expect-sha256", digest])
+    assert ok.exit_code == 0 and "intact" in ok.output
+    (root / "nodes" / "gpu-a02" / "raw" / "dcgm.out").write_text("{}")
+    (root / "rack.json").unlink()
+    bad = runner.invoke(app, ["evidence", "verify", str(root), "--json"])
+    assert bad.exit_code == 1
+    doc = json.loads(bad.output)
+    assert doc["ok"] is False
+    assert doc["tampered"] == ["nodes/gpu-a02/raw/dcgm.out"] and doc["missing"] == ["rack.json"]
+    text = runner.invoke(app, ["evidence", "verify", str(root)])
+    assert text.exit_code == 1 and "changed: nodes/gpu-a02/raw/dcgm.out" in text.output
+    assert "missing: rack.json" in text.output
+    assert runner.invoke(app, ["evidence", "verify", str(root / "nope")]).exit_code == 2

@@ -1,0 +1,46 @@
+"""A BMC that never answers: Unreachable, within a bounded number of packets, with no retries
+on top of pyghmi's own and a fresh attempt (not a cached broken session) on the next call."""
+
+from __future__ import annotations
+
+import pytest
+from ipmi_fixtures import PASSWORD, BlackHole, black_hole  # noqa: F401
+
+from lifecycle.drivers.bmc.base import Credentials
+from lifecycle.drivers.bmc.ipmi import IpmiDriver, parse_address
+from lifecycle.drivers.errors import Unreachable
+
+# pyghmi retransmits the channel-auth request a few times before it gives up; more than this
+# many datagrams for one call would be a retry storm.
+MAX_DATAGRAMS_PER_CALL = 8
+
+
+def test_unreachable_bmc_gives_unreachable_without_a_retry_storm(black_hole: BlackHole) -> None:
+    driver = IpmiDriver(f"127.0.0.1:{black_hole.port}", Credentials("admin", PASSWORD))
+    with pytest.raises(Unreachable) as first:
+        driver.power_state()
+    assert first.value.retryable
+    assert first.value.exit_code == 3
+    assert PASSWORD not in str(first.value)
+    sent = black_hole.datagrams
+    assert 1 <= sent <= MAX_DATAGRAMS_PER_CALL
+    with pytest.raises(Unreachable):
+        driver.power_state()
+    assert 1 <= black_hole.datagrams - sent <= MAX_DATAGRAMS_PER_CALL
+
+
+@pytest.mark.parametrize(("address", "expected"), [
+    ("10.0.0.5", ("10.0.0.5", 623)),
+    ("bmc-r1-07.example:6230", ("bmc-r1-07.example", 6230)),
+    ("[fd00::5]:624", ("fd00::5", 624)),
+    ("fd00::5", ("fd00::5", 623)),
+    ("ipmi://10.0.0.5:6231", ("10.0.0.5", 6231)),
+])
+def test_parse_address(address: str, expected: tuple[str, int]) -> None:
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["", ":623", "host:0", "host:99999", "host:abc"])
+def test_parse_address_refuses_garbage(address: str) -> None:
+    with pytest.raises(ValueError, match="not an IPMI address"):
+        parse_address(address)

@@ -1,0 +1,112 @@
+"""Fixtures for the Kubernetes driver tests: the kmock stand-in, a virtual clock, both drivers behind one scene."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.drivers.kube.api import KubeApiDriver
+from lifecycle.drivers.kube.base import KubeDriver
+from lifecycle.drivers.kube.fake import FakeKubeDriver
+from lifecycle.drivers.kube.types import Taint
+from lifecycle.lab.kube import KubeStandIn
+
+
+class VirtualClock:
+    """Virtual time: ``sleep`` advances ``now``, records the wait and runs what a test scheduled for then."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+        self.at_sleep: list[Callable[[], None]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.at_sleep:
+            self.at_sleep.pop(0)()
+
+
+class Scene:
+    """Sets up a cluster the same way for the stand-in (over HTTP) and for the fake driver (in memory)."""
+
+    def __init__(self, stand_in: KubeStandIn | None, fake: FakeKubeDriver | None) -> None:
+        self.stand_in, self.fake = stand_in, fake
+
+    def node(self, name: str, *, labels: Mapping[str, str] | None = None, taints: tuple[Taint, ...] = (),
+             gpus: int = 8) -> None:
+        if self.stand_in:
+            self.stand_in.join(name, labels=labels, taints=[t.to_api() for t in taints], gpus=gpus)
+        else:
+            assert self.fake
+            self.fake.add_node(name, labels=labels, taints=taints, gpus=gpus)
+
+    def pod(self, name: str, node: str, **kw: Any) -> None:
+        if self.stand_in:
+            self.stand_in.create_pod(name, node, **kw)
+        else:
+            assert self.fake
+            self.fake.add_pod(name, node, **kw)
+
+    def pdb(self, name: str, match_labels: Mapping[str, str], **kw: Any) -> None:
+        if self.stand_in:
+            self.stand_in.create_pdb(name, match_labels, **kw)
+        else:
+            assert self.fake
+            self.fake.add_pdb(name, match_labels, **kw)
+
+    def delete_pod(self, name: str, namespace: str = "default") -> None:
+        if self.stand_in:
+            self.stand_in.delete_pod(name, namespace)
+        else:
+            assert self.fake
+            self.fake.delete_pod(name, namespace)
+
+    def admin_cordon(self, name: str) -> None:
+        """``kubectl cordon NAME``: unschedulable, no racklife mark."""
+        if self.stand_in:
+            self.stand_in.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}},
+                                  "application/strategic-merge-patch+json")
+        else:
+            assert self.fake
+            self.fake.admin_cordon(name)
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def stand_in() -> Iterator[KubeStandIn]:
+    with KubeStandIn() as api:
+        yield api
+
+
+@pytest.fixture
+def kubeconfig(stand_in: KubeStandIn, tmp_path: Path) -> Path:
+    return stand_in.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def api_driver(kubeconfig: Path, clock: VirtualClock) -> Iterator[KubeApiDriver]:
+    driver = KubeApiDriver.from_kubeconfig(kubeconfig, clock=clock, sleep=clock.sleep)
+    yield driver
+    driver.close()
+
+
+@pytest.fixture(params=["api", "fake"])
+def cluster(request: pytest.FixtureRequest, clock: VirtualClock) -> Iterator[tuple[KubeDriver, Scene]]:
+    """The same scenario against the real driver over HTTP to the stand-in, and against the fake."""
+    if request.param == "fake":
+        fake = FakeKubeDriver(clock=clock, sleep=clock.sleep)
+        yield fake, Scene(None, fake)
+        return
+    stand_in = request.getfixturevalue("stand_in")
+    yield request.getfixturevalue("api_driver"), Scene(stand_in, None)
