@@ -168,18 +168,21 @@ class ApiServer(kmock.KubernetesEmulator):
         """Store a new version (or delete), stamp its resourceVersion, announce it to watches. Lock held."""
         key = (res, namespace, name)
         self._last_rv += 1
+        prev = self._get(res, namespace, name)
         if new is None:
-            gone = copy.deepcopy(self._objects[key].raw)
+            assert prev is not None
+            gone = copy.deepcopy(prev)
             gone["metadata"]["resourceVersion"] = str(self._last_rv)
             self._objects[key].delete()
-            await self._buses[res].put({"type": "DELETED", "object": gone})
+            await self._buses[res].put({"type": "DELETED", "object": gone, "prev": prev})
             return gone
         new.setdefault("metadata", {})["resourceVersion"] = str(self._last_rv)
         if key in self._objects:
             self._objects[key].history.append(new)
         else:
             self._objects[key] = new
-        await self._buses[res].put({"type": event, "object": copy.deepcopy(new)})
+        # Like the API server's watch cache, keep the previous state: selector watches need it.
+        await self._buses[res].put({"type": event, "object": copy.deepcopy(new), "prev": prev})
         return new
 
     # ------------------------------------------------------------ writes
@@ -338,23 +341,21 @@ class ApiServer(kmock.KubernetesEmulator):
     async def _stream(self, request: kmock.Request, res: kmock.resource, wanted: Callable[[Obj], bool],
                       first: list[Obj], live: AsyncIterator[Obj], last: int, timeout: float) -> AsyncIterator[Any]:
         yield b""  # send the headers now, even if nothing happens for a while
-        seen: set[tuple[str | None, str]] = set()
         deadline = asyncio.get_running_loop().time() + timeout
 
         def shown(event: Obj) -> Obj | None:
-            # A selector watch sees an object enter (ADDED) and leave (DELETED) its selection, as from the API.
-            obj = event["object"]
+            # As from the API: an object entering a watch's selection is ADDED, one leaving it is DELETED.
             if event["type"] == "ERROR":
                 return event
-            meta = obj["metadata"]
-            if request.namespace is not None and meta.get("namespace") != request.namespace:
+            obj, prev = event["object"], event.get("prev")
+            if request.namespace is not None and obj["metadata"].get("namespace") != request.namespace:
                 return None
-            key = (meta.get("namespace"), meta["name"])
-            inside = event["type"] != "DELETED" and wanted(obj)
-            was = key in seen
-            (seen.add if inside else seen.discard)(key)
-            kind = event["type"] if inside == was or event["type"] == "DELETED" else ("ADDED" if inside else "DELETED")
-            return {"type": kind, "object": self._shown(obj, res)} if inside or was else None
+            now = event["type"] != "DELETED" and wanted(obj)
+            before = prev is not None and wanted(prev)
+            if not (now or before):
+                return None
+            kind = "MODIFIED" if now and before else "ADDED" if now else "DELETED"
+            return {"type": kind, "object": self._shown(obj, res)}
 
         for event in first:
             if (out := shown(event)) is not None:

@@ -7,6 +7,7 @@ password never appears in anything printed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from lifecycle.model.inventory import BmcSpec
 ENV = "RACKLIFE_TEST_BMC_PASSWORD"
 
 
-def run(*args: str, password: str = PASSWORD) -> Result:
-    result = CliRunner().invoke(app, ["bmc", *args], env={ENV: password})
+def run(*args: str, password: str = PASSWORD, user: str | None = None) -> Result:
+    """Run `racklife bmc ARGS` with the password (or ``user:password``) in the environment."""
+    value = f"{user}:{password}" if user else password
+    result = CliRunner().invoke(app, ["bmc", *args], env={ENV: value})
     for text in (result.stdout, result.stderr):
         assert password not in text
     return result
@@ -126,7 +129,8 @@ nodes:
 
 def test_node_from_the_inventory(ipmi_lab: Lab, tmp_path: Path) -> None:
     inventory = _inventory(tmp_path, ipmi_lab.address)
-    result = run("power", "status", "--inventory", str(inventory), "--node", "gpu-001", "--json")
+    result = run("power", "status", "--inventory", str(inventory), "--node", "gpu-001", "--json",
+                 user="admin")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {"bmc": "gpu-001", "power": "off"}
     assert run("power", "status", "--inventory", str(inventory), "--node", "gpu-999").exit_code == 2
@@ -150,3 +154,26 @@ def test_factory_builds_ipmi_and_resolves_credentials(monkeypatch: pytest.Monkey
         driver_for(spec)
     with pytest.raises(ValueError, match="unknown BMC driver"):
         driver_from_args("snmp", "10.0.0.5", driver._credentials)
+
+
+@pytest.fixture
+def redfish_bmc(fixtures_dir: Path) -> Iterator[str]:
+    """The project's Redfish emulator serving the captured DMTF rackmount tree (plain HTTP)."""
+    from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+
+    config = BmcConfig(name="rf", tree=fixtures_dir / "redfish" / "dmtf-public-rackmount1",
+                       username="admin", password=PASSWORD)
+    with RedfishEmulator([config]) as emu:
+        yield emu.urls["rf"]
+
+
+def test_redfish_driver_through_the_cli(redfish_bmc: str) -> None:
+    args = ["--address", redfish_bmc, "--driver", "redfish", "--user", "admin",
+            "--password-env", ENV]
+    status = run("power", "status", *args, "--json")
+    assert status.exit_code == 0, status.stderr
+    assert json.loads(status.stdout)["power"] == "on"  # as captured
+    inv = json.loads(run("inventory", *args, "--json").stdout)
+    assert inv["system"]["serial"] == "437XR1138R2"
+    assert run("boot", "pxe", *args).exit_code == 0
+    assert run("power", "status", *args, password="Hunter2-wrong").exit_code == 4

@@ -1,0 +1,59 @@
+"""What a lab node's "OS" does after a network boot: read its iPXE script, phone home.
+
+The real minimal image does this in busybox (images/minimal/init): it reads
+the ``racklife.*`` kernel arguments the iPXE script passed and POSTs its
+token, name, image and MACs to the phone-home URL. Simulated nodes do the
+same here, so provisioning in the lab runs the real token protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from lifecycle.drivers.boot.render import parse_ipxe_args
+
+
+class _Booted(Protocol):
+    ipxe_script: str | None
+
+
+class PhoneHomeRefused(RuntimeError):
+    pass
+
+
+def phone_home_payload(script: str, macs: Sequence[str]) -> tuple[str, dict[str, object]]:
+    """(URL, JSON body) the booted image sends, from the iPXE script it booted with."""
+    args = parse_ipxe_args(script)
+    body: dict[str, object] = {
+        "token": args.get("token", ""), "node": args.get("node", ""), "image": args.get("image", ""),
+        "image_version": args.get("image_version", ""), "macs": [m.lower() for m in macs],
+    }
+    return args["phone_home"], body
+
+
+def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0) -> Callable[[_Booted], None]:
+    """A phone-home callable for a simulated node whose NICs have ``macs``.
+
+    Booted from local disk (no iPXE script): nothing to report, as on real hardware.
+    """
+
+    def call(report: _Booted) -> None:
+        if not report.ipxe_script:
+            return
+        url, body = phone_home_payload(report.ipxe_script, macs)
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",  # noqa: S310
+                                     headers={"Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout_s) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            exc.close()
+            raise PhoneHomeRefused(f"phone-home refused: HTTP {exc.code} {detail}") from None
+
+    return call
