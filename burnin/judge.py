@@ -117,12 +117,16 @@ def judge_gpus(
         _per_gpu("gpu.power_limit", gpus, lambda g: g.power_limit_w, lambda w: w < lim.power_limit_min_w,
                  lim.power_limit_min_w, "enforced power limit (W) below the SKU's TDP")
     )
-    out.append(
-        _per_gpu("gpu.nvlink", gpus,
-                 lambda g: None if g.nvlink_active is None else sum(g.nvlink_active),
-                 lambda n: n < lim.nvlink_active_links, lim.nvlink_active_links,
-                 "active NVLink links")
-    )
+    if lim.nvlink_active_links == 0:  # a SKU without NVLink (or the GPU-less lab)
+        measured = {str(g.index): None if g.nvlink_active is None else sum(g.nvlink_active) for g in gpus}
+        out.append(Finding("gpu.nvlink", "pass", measured, 0, "the profile requires no NVLink"))
+    else:
+        out.append(
+            _per_gpu("gpu.nvlink", gpus,
+                     lambda g: None if g.nvlink_active is None else sum(g.nvlink_active),
+                     lambda n: n < lim.nvlink_active_links, lim.nvlink_active_links,
+                     "active NVLink links")
+        )
     return out
 
 

@@ -13,6 +13,7 @@ from lifecycle.cli import image as _image
 from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
+from lifecycle.cli import provision as _provision
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import workflows as _workflows
 
@@ -41,6 +42,8 @@ app.add_typer(_nodes.nodes_app, name="nodes")
 app.add_typer(_nodes.node_app, name="node")
 app.add_typer(_workflows.app, name="workflows")
 app.add_typer(_image.app, name="image")
+app.command("provision")(_provision.provision_cmd)
+app.add_typer(_provision.boot_app, name="boot")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")
 app.add_typer(_evidence.app, name="evidence")

@@ -73,6 +73,11 @@ def register_queue(name: str, concurrency: int) -> None:
     DBOS.register_queue(name, worker_concurrency=concurrency)
 
 
+def start(func: Any, *args: Any) -> Any:
+    """Start a workflow in the background; returns its handle (``get_workflow_id``, ``get_result``)."""
+    return DBOS.start_workflow(func, *args)
+
+
 def step_token(run_id: str, step: str) -> str:
     """A deterministic idempotency token for a side effect of one step of one run."""
     return f"{run_id}:{step}"

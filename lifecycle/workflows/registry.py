@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from lifecycle.workflows import engine, node_ops
+from lifecycle.workflows import engine, node_ops, provision
+
+# Importing a workflow module registers its workflows with DBOS.
+MODULES = (node_ops, provision)
 
 
 def launch(url: str | None = None) -> str:
-    # The modules register their workflows with DBOS when imported.
-    assert node_ops.__name__
     return engine.launch(url)

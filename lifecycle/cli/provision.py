@@ -1,0 +1,137 @@
+"""`racklife provision` and `racklife boot serve`: network-boot nodes into their image, durably."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.store import Store
+from lifecycle.store.db import default_home
+
+boot_app = typer.Typer(help="The HTTP boot server.", no_args_is_help=True)
+
+
+def _targets(store: Store, nodes: list[str], rack: str | None, all_: bool) -> list[str]:
+    if sum(bool(x) for x in (nodes, rack, all_)) != 1:
+        fail("give node names, --rack R or --all (exactly one)", BAD_INPUT)
+    if all_:
+        return [r.name for r in store.nodes()]
+    if rack:
+        names = [r.name for r in store.nodes(rack=rack)]
+        if not names:
+            fail(f"no nodes in rack '{rack}'", BAD_INPUT)
+        return names
+    known = {r.name for r in store.nodes()}
+    unknown = [n for n in nodes if n not in known]
+    if unknown:
+        fail(f"unknown node(s): {', '.join(unknown)} (import the inventory first)", BAD_INPUT)
+    return list(dict.fromkeys(nodes))
+
+
+def _split(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        fail(f"--boot-listen must be HOST:PORT, not {listen!r}", BAD_INPUT)
+    return host, int(port)
+
+
+def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_listen: str,
+                  boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
+    """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
+    from lifecycle.drivers.boot.server import BootServer
+    from lifecycle.workflows import engine, provision, registry
+    from lifecycle.workflows.boot_images import published_images
+    from lifecycle.workflows.boot_service import StoreBootBackend
+
+    host, port = _split(boot_listen)
+    store = Store()
+    backend = StoreBootBackend(store)
+    server = BootServer(backend, images_dir, host=host, port=port)
+    if boot_url:
+        server.advertise_as(boot_url)
+    images = published_images(images_dir, server.url)
+    if not images:
+        fail(f"no built images in {images_dir}: run `racklife image build minimal` first", BAD_INPUT)
+    default = image or ("minimal" if "minimal" in images else sorted(images)[0])
+    if image and image not in images:
+        fail(f"image '{image}' is not built (have: {', '.join(sorted(images))})", BAD_INPUT)
+    settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
+                                           boot_timeout_s=boot_timeout).to_json()
+    server.start()
+    try:
+        registry.launch()
+        provision.register_provision_queue(max_in_flight)
+        handle = engine.start(provision.provision_many, names, image, settings)
+        out_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
+                          f"(max {max_in_flight} in flight); boot server {server.url}")
+        result: list[dict[str, Any]] = handle.get_result()
+        return result
+    finally:
+        engine.shutdown()
+        server.stop()
+        backend.close()
+        store.close()
+
+
+def provision_cmd(
+    nodes: list[str] = typer.Argument(None, help="Node names."),
+    rack: str | None = typer.Option(None, "--rack", help="Every node of this rack."),
+    all_: bool = typer.Option(False, "--all", help="Every node in the store."),
+    image: str | None = typer.Option(None, "--image", help="Image to boot (default: minimal, or the only one built)."),
+    max_in_flight: int = typer.Option(10, "--max-in-flight", min=1, max=1000),
+    boot_listen: str = typer.Option("127.0.0.1:8069", "--boot-listen", envvar="RACKLIFE_BOOT_LISTEN",
+                                    help="Where the embedded boot server listens."),
+    boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
+                                        help="The boot server's URL as nodes see it (default: the listen address)."),
+    boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
+                                       help="Seconds to wait for a node to phone home, per boot."),
+    images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Inspect, network-boot and verify nodes: enrolled → available → provisioned."""
+    store = Store()
+    try:
+        names = _targets(store, nodes or [], rack, all_)
+    finally:
+        store.close()
+    outcomes = run_provision(names, image, max_in_flight, boot_listen, boot_url, boot_timeout,
+                             images_dir or default_home() / "images")
+    if as_json:
+        emit_json(outcomes)
+    else:
+        emit_table("provisioning", ["node", "result", "state", "reason"],
+                   [(o["node"], "ok" if o["ok"] else "FAILED", o["state"], o["reason"]) for o in outcomes])
+    if not all(o["ok"] for o in outcomes):
+        raise typer.Exit(FAILED)
+
+
+@boot_app.command("serve")
+def serve(
+    listen: str = typer.Option("127.0.0.1:8069", "--listen", envvar="RACKLIFE_BOOT_LISTEN"),
+    url: str | None = typer.Option(None, "--url", envvar="RACKLIFE_BOOT_URL"),
+    images_dir: Path = typer.Option(None, "--images"),
+) -> None:
+    """Run the boot server until interrupted (iPXE scripts, images with ranges, phone-home)."""
+    from lifecycle.drivers.boot.server import BootServer
+    from lifecycle.workflows.boot_service import StoreBootBackend
+
+    host, port = _split(listen)
+    store = Store()
+    backend = StoreBootBackend(store)
+    server = BootServer(backend, images_dir or default_home() / "images", host=host, port=port)
+    if url:
+        server.advertise_as(url)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server.start()
+    out_console.print(f"boot server on {listen}, advertised as {server.url}")
+    stop.wait()
+    server.stop()
+    backend.close()
+    store.close()
