@@ -6,7 +6,7 @@ slot at the wrong speed, a GPU that throttles. So on top of the profile (burnin'
 judge, re-applied here to the stored data so that the controller decides, not the
 node) every node's busbw and stress numbers are compared with the other nodes of the
 same SKU by robust statistics: median and MAD, and the modified z-score
-``0.6745 · (x − median) / MAD`` of Iglewicz and Hoaglin, flagged below −3.5 and only
+``0.6745 * (x - median) / MAD`` of Iglewicz and Hoaglin, flagged below -3.5 and only
 when the shortfall is also material (``min_drop``). Median and MAD are not dragged by
 the outliers they are meant to find, as a mean and standard deviation would be.
 

@@ -1,7 +1,7 @@
 """Acceptance reports for three readers: machines (JSON), CI systems (JUnit XML), people (HTML).
 
 All three are rendered from the same judgement, so they cannot disagree. The JUnit XML
-follows the Ant/Jenkins schema (one ``testsuite`` per node, one ``testcase`` per node ×
+follows the Ant/Jenkins schema (one ``testsuite`` per node, one ``testcase`` per node and
 check, ``failure`` for a measured miss, ``error`` for what could not be measured) so any
 CI shows a rack like a test run. The HTML page is one self-contained file — styles and
 SVG plots inline, no scripts, no external assets — that opens from an archived bundle

@@ -137,13 +137,15 @@ def _json_test(raw: object, category: str) -> tuple[DcgmTest, bool]:
     per_entity = False
     gpus: dict[str, TestResult] = {}
     overall: list[TestResult] = []
-    details: list[str] = []
+    warnings: list[str] = []
+    info: list[str] = []
     for r in results:
         if not isinstance(r, dict):
             raise ParseError(f"DCGM test {raw['name']!r} has a malformed result")
         res = status(r.get("status"))
         overall.append(res)
-        details += _texts(r.get("warnings")) + _texts(r.get("info"))
+        warnings += _texts(r.get("warnings"))
+        info += _texts(r.get("info"))
         if "entity_id" in r:
             per_entity = True
             if r.get("entity_group", "GPU") == "GPU":
@@ -155,7 +157,8 @@ def _json_test(raw: object, category: str) -> tuple[DcgmTest, bool]:
     summary = raw.get("test_summary")
     if isinstance(summary, dict) and "status" in summary:
         overall.append(status(summary["status"]))
-        details += _texts(summary.get("info"))
+        info += _texts(summary.get("info"))
+    details = warnings + info  # what went wrong first, then DCGM's measurements
     return (
         DcgmTest(
             name=raw["name"],

@@ -285,7 +285,12 @@ class LabSlurm:
         """Start one node's slurmd (the lab calls this when the node's BMC powers it on)."""
         if name not in self.ports:
             raise LabError(f"{name} is not a Slurm node of this lab")
-        self._checked(f"slurmd {name}", ["slurmd", "-N", name, "-f", str(self.conf)])
+        # A power-on is a boot: the node's boot clock starts now (see slurm_power).
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        self._checked(f"slurmd {name}", [
+            "unshare", "--fork", "--time", f"--boottime=-{int(uptime)}",
+            "slurmd", "-N", name, "-f", str(self.conf),
+        ])
         if wait:
             _wait(lambda: self._all_idle([name], allow_flags=True), self.config.ready_timeout_s,
                   f"{name} to register")

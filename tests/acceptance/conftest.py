@@ -148,17 +148,17 @@ RACK8 = [
 ]
 
 
-@pytest.fixture
-def rack_builder(fixtures_dir: Path, tmp_path: Path) -> RackBuilder:
-    return RackBuilder(fixtures_dir, tmp_path / "results")
+@pytest.fixture(scope="session")
+def rack8(
+    fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[list[NodeSpec] | None], list[tuple[NodeInput, Path]]]:
+    """Build a rack's results (each call in a fresh directory); the node directories are read-only by convention."""
 
-
-@pytest.fixture
-def rack8(rack_builder: RackBuilder) -> Callable[[list[NodeSpec] | None], list[tuple[NodeInput, Path]]]:
     def build(specs: list[NodeSpec] | None = None) -> list[tuple[NodeInput, Path]]:
+        builder = RackBuilder(fixtures_dir, tmp_path_factory.mktemp("results"))
         out = []
         for pos, spec in enumerate(specs or RACK8, start=1):
-            result, node_dir = rack_builder.node(spec, seed=pos)
+            result, node_dir = builder.node(spec, seed=pos)
             if spec.missing_result:
                 out.append((NodeInput(spec.name, PROFILE, None, "ssh: connection refused", pos, "rack-a"), node_dir))
             else:

@@ -29,7 +29,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def report(rack8: Build, fixtures_dir: Path) -> ReportInput:
     inputs = [inp for inp, _ in rack8(None)]
     degraded = (fixtures_dir / "nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text()
@@ -38,6 +38,11 @@ def report(rack8: Build, fixtures_dir: Path) -> ReportInput:
     names = [i.node for i in inputs]
     iso = isolate(names, FaultModel(frozenset({"gpu-a03"})), split="pairs")
     return ReportInput(j, inputs, META, iso, evidence_digest="ab" * 32)
+
+
+@pytest.fixture(scope="module")
+def written(report: ReportInput, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_reports(tmp_path_factory.mktemp("reports"), report)
 
 
 def test_json_report(report: ReportInput) -> None:
@@ -51,8 +56,8 @@ def test_json_report(report: ReportInput) -> None:
     assert doc["evidence_sha256"] == "ab" * 32
 
 
-def test_junit_validates_and_has_one_case_per_node_and_check(report: ReportInput, tmp_path: Path) -> None:
-    paths = write_reports(tmp_path, report)
+def test_junit_validates_and_has_one_case_per_node_and_check(report: ReportInput, written: dict[str, Path]) -> None:
+    paths = written
     schema = xmlschema.XMLSchema(Path(__file__).parent / "data" / "JUnit.xsd")
     schema.validate(str(paths["junit"]))
     root = ET.parse(paths["junit"]).getroot()
@@ -69,8 +74,8 @@ def test_junit_validates_and_has_one_case_per_node_and_check(report: ReportInput
     assert json.loads(failure.text or "{}")["threshold"] == 18
 
 
-def test_junit_schema_rejects_a_broken_document(report: ReportInput, tmp_path: Path) -> None:
-    paths = write_reports(tmp_path, report)
+def test_junit_schema_rejects_a_broken_document(written: dict[str, Path]) -> None:
+    paths = written
     schema = xmlschema.XMLSchema(Path(__file__).parent / "data" / "JUnit.xsd")
     broken = paths["junit"].read_text().replace('hostname="gpu-a01" ', "", 1)
     assert not schema.is_valid(broken)  # the schema is strict enough to catch a missing attribute
@@ -99,17 +104,17 @@ class _Page(HTMLParser):
             self._capture = None
 
 
-def test_html_is_self_contained(report: ReportInput, tmp_path: Path) -> None:
-    page = write_reports(tmp_path, report)["html"].read_text()
+def test_html_is_self_contained(written: dict[str, Path]) -> None:
+    page = written["html"].read_text()
     assert "<script" not in page and "<link" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
     assert not re.search(r"xlink:href=\"(?!#)", page)  # SVG references stay inside the page
 
 
-def test_html_renders_in_chromium(report: ReportInput, tmp_path: Path) -> None:
+def test_html_renders_in_chromium(report: ReportInput, written: dict[str, Path], tmp_path: Path) -> None:
     chromium = shutil.which("chromium")
     assert chromium, "Debian package 'chromium' is required for this test"
-    html_path = write_reports(tmp_path, report)["html"]
+    html_path = written["html"]
     profile = tmp_path / "chromium-profile"
     base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
     shot = tmp_path / "report.png"

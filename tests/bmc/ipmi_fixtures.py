@@ -29,7 +29,7 @@ from lifecycle.lab.ipmi_emulator import (
 )
 
 USER = "admin"
-PASSWORD = "ipmi-Emu-S3cret"  # noqa: S105 - the emulator's own test password
+PASSWORD = "ipmi-Emu-S3cret"  # the emulator's own test password
 POWER_DELAY_S = 5.0
 
 
@@ -76,8 +76,8 @@ def ipmitool(port: int, *args: str, password: str = PASSWORD) -> subprocess.Comp
                           env={"IPMI_PASSWORD": password, "PATH": "/usr/bin:/bin"}, check=False)
 
 
-@pytest.fixture
-def ipmi_lab() -> Iterator[Lab]:
+@pytest.fixture(name="ipmi_lab")
+def ipmi_lab_fixture() -> Iterator[Lab]:
     """One emulated BMC (off, 5 s power delay on a manual clock) on a free loopback port."""
     clock = ManualClock()
     spec = BmcSpec(name="bmc-a", port=free_udp_port(), username=USER, password=PASSWORD,
@@ -119,8 +119,8 @@ class BlackHole:
         self.sock.close()
 
 
-@pytest.fixture
-def black_hole() -> Iterator[BlackHole]:
+@pytest.fixture(name="black_hole")
+def black_hole_fixture() -> Iterator[BlackHole]:
     hole = BlackHole()
     try:
         yield hole
@@ -159,8 +159,8 @@ class Sim:
         return IpmiDriver(f"127.0.0.1:{self.port}", Credentials(USER, PASSWORD))
 
 
-@pytest.fixture
-def ipmi_sim(tmp_path: Path) -> Iterator[Sim]:
+@pytest.fixture(name="ipmi_sim")
+def ipmi_sim_fixture(tmp_path: Path) -> Iterator[Sim]:
     """OpenIPMI's ipmi_sim with one BMC: a temperature sensor, FRU 0 and external power control.
 
     The FRU and the sensor record are the bytes our emulator serves, so both peers describe the

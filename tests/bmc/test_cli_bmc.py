@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ipmi_fixtures import PASSWORD, POWER_DELAY_S, BlackHole, Lab, black_hole, ipmi_lab  # noqa: F401
+from ipmi_fixtures import (  # noqa: F401 - fixtures
+    PASSWORD,
+    POWER_DELAY_S,
+    BlackHole,
+    Lab,
+    black_hole_fixture,
+    ipmi_lab_fixture,
+)
 from typer.testing import CliRunner, Result
 
 from lifecycle.cli import app
@@ -61,7 +68,7 @@ def test_boot_inventory_sel_and_sensors(ipmi_lab: Lab) -> None:
     assert inv["system"]["serial"] == "S4Z1X0042"
     assert inv["system"]["uuid"] == "6f1c7e64-2b1d-4e8a-9c55-0c2f8a9b1d42"
     sel = json.loads(run("sel", "--clear", *direct(ipmi_lab), "--json").stdout)
-    assert [e["message"] for e in sel["entries"]][0] == "CPU0 Temp: Upper critical"
+    assert sel["entries"][0]["message"] == "CPU0 Temp: Upper critical"
     assert sel["cleared"] is True and ipmi_lab.bmc.sel == []
     sensors = json.loads(run("sensors", *direct(ipmi_lab), "--json").stdout)
     assert sensors["health"]["overall"] == "OK"

@@ -6,7 +6,13 @@ import pytest
 
 from lifecycle.drivers.bmc.base import BootDevice, PowerAction, PowerState, TaskProgress
 from lifecycle.drivers.bmc.fake import FakeBmc, ManualClock
-from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed, Unreachable
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    DriverError,
+    NotSupported,
+    OperationFailed,
+    Unreachable,
+)
 
 
 @pytest.fixture
@@ -89,8 +95,8 @@ def test_bios_attributes_apply_at_the_next_boot(bmc: FakeBmc, clock: ManualClock
 
 @pytest.mark.parametrize(("fault", "error", "exit_code"), [
     ("unreachable", Unreachable, 3), ("auth", AuthFailed, 4), ("refuse", OperationFailed, 5)])
-def test_injected_faults_raise_the_right_error(bmc: FakeBmc, fault: str, error: type,
-                                               exit_code: int) -> None:
+def test_injected_faults_raise_the_right_error(bmc: FakeBmc, fault: str,
+                                               error: type[DriverError], exit_code: int) -> None:
     bmc.inject(fault, methods={"power"}, times=2)  # type: ignore[arg-type]
     for _ in range(2):
         with pytest.raises(error) as raised:

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import re
 
-from ipmi_fixtures import (  # noqa: F401
-    PASSWORD,
+from ipmi_fixtures import (  # noqa: F401 - fixtures
     POWER_DELAY_S,
     SIM_SENSOR,
     SIM_SPEC,
     Lab,
     Sim,
-    ipmi_lab,
-    ipmi_sim,
+    ipmi_lab_fixture,
+    ipmi_sim_fixture,
     ipmitool,
 )
 

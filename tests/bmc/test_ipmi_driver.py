@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ipmi_fixtures import PASSWORD, POWER_DELAY_S, Lab, black_hole, ipmi_lab  # noqa: F401
+from ipmi_fixtures import POWER_DELAY_S, Lab, ipmi_lab_fixture  # noqa: F401 - fixture
 
 from lifecycle.drivers.bmc.base import BootDevice, BootMode, PowerAction, PowerState
 from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed

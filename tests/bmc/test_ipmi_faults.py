@@ -4,7 +4,7 @@ on top of pyghmi's own and a fresh attempt (not a cached broken session) on the 
 from __future__ import annotations
 
 import pytest
-from ipmi_fixtures import PASSWORD, BlackHole, black_hole  # noqa: F401
+from ipmi_fixtures import PASSWORD, BlackHole, black_hole_fixture  # noqa: F401 - fixture
 
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.bmc.ipmi import IpmiDriver, parse_address

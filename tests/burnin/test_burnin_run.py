@@ -286,3 +286,12 @@ def test_racklife_burnin_cli(fx: Fx, healthy_tools: Path, fake_path: dict[str, s
     judged = json.loads(res.stdout)
     assert judged["passed"] is True
     assert set(judged["checks"][0]) == {"name", "verdict", "measured", "threshold", "reason"}
+    # run through the Typer group: real (absent) NVML and CPU-only torch here → errors, exit 1.
+    res = cli.invoke(app, ["run", "--profile", "h100-sxm-8", "--level", "quick", "--out",
+                           str(tmp_path / "cli"), "--json"], env={"PATH": fake_path["PATH"]})
+    assert res.exit_code == 1
+    ran = json.loads(res.stdout)
+    assert ran["verdict"] == "error" and ran["result"].endswith("result.json")
+    assert {c["name"]: c["verdict"] for c in ran["checks"]}["nccl.all_reduce"] == "pass"
+    res = cli.invoke(app, ["run", "--profile", "h999", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2

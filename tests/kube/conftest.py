@@ -68,6 +68,13 @@ class Scene:
             assert self.fake
             self.fake.delete_pod(name, namespace)
 
+    def set_ready(self, name: str, ready: bool) -> None:
+        if self.stand_in:
+            self.stand_in.set_ready(name, ready)
+        else:
+            assert self.fake
+            self.fake.set_ready(name, ready)
+
     def admin_cordon(self, name: str) -> None:
         """``kubectl cordon NAME``: unschedulable, no racklife mark."""
         if self.stand_in:

@@ -84,3 +84,12 @@ def test_run_ids_are_validated(cluster: Any) -> None:
     scene.node("gpu-05")
     with pytest.raises(ValueError, match="run id"):
         driver.cordon("gpu-05", "bad id; rm -rf")
+
+
+def test_readiness_follows_the_kubelet(cluster: Any) -> None:
+    driver, scene = cluster
+    scene.node("gpu-06")
+    scene.set_ready("gpu-06", False)
+    assert not driver.node("gpu-06").ready
+    scene.set_ready("gpu-06", True)
+    assert driver.node("gpu-06").ready

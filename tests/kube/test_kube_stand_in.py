@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from lifecycle.drivers.kube.api import KubeApiDriver
-from lifecycle.lab.kube import KubeProcess, KubeStandIn
+from lifecycle.lab.kube import KubeAdmin, KubeProcess, KubeStandIn
 
 
 def call(api: KubeStandIn, method: str, path: str, body: Any = None, content_type: str = "application/json",
@@ -141,7 +141,10 @@ def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
             assert (node.pool, node.gpus, node.ready) == ("inference", 4, True)
         finally:
             driver.close()
-        proc.leave("gpu-07")
+        other = KubeAdmin.from_kubeconfig(proc.kubeconfig)  # e.g. a node's boot hook, in another process
+        other.set_ready("gpu-07", False)
+        assert proc.request("GET", "/api/v1/nodes/gpu-07")["status"]["conditions"][0]["status"] == "False"
+        other.leave("gpu-07")
         proc.leave("gpu-07")  # idempotent
         with pytest.raises(RuntimeError, match="404"):
             proc.request("GET", "/api/v1/nodes/gpu-07")
@@ -149,3 +152,34 @@ def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert pid and not Path(f"/proc/{pid}").exists()
+
+
+def test_a_long_running_lab_keeps_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.lab.kube import server
+
+    monkeypatch.setattr(server, "KEEP_REQUESTS", 3)
+    monkeypatch.setattr(server, "KEEP_VERSIONS", 2)
+    with KubeStandIn() as api:
+        api.join("gpu-01")
+        for i in range(10):
+            call(api, "PATCH", "/api/v1/nodes/gpu-01", {"metadata": {"labels": {"i": str(i)}}},
+                 "application/merge-patch+json")
+            api.create_pod(f"p{i}", "gpu-01")
+            api.delete_pod(f"p{i}")
+        assert api.api is not None
+        assert len(api.api._requests) <= 6
+        assert all(len(obj.history) <= 4 for _, obj in api.api.objects.items())
+        assert len(list(api.api.objects.items())) == 1  # deleted pods do not linger
+        status, node, _ = call(api, "GET", "/api/v1/nodes/gpu-01")
+        assert (status, node["metadata"]["labels"]["i"]) == (200, "9")
+
+
+def test_discovery_lists_what_is_served(stand_in: KubeStandIn) -> None:
+    status, core, _ = call(stand_in, "GET", "/api/v1")
+    assert status == 200
+    served = {r["name"]: r for r in core["resources"]}
+    assert {"nodes", "pods", "pods/eviction", "nodes/status"} <= set(served)
+    assert served["nodes"]["namespaced"] is False and served["pods"]["namespaced"] is True
+    status, policy, _ = call(stand_in, "GET", "/apis/policy/v1")
+    assert status == 200
+    assert [r["kind"] for r in policy["resources"] if r["name"] == "poddisruptionbudgets"] == ["PodDisruptionBudget"]

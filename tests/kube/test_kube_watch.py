@@ -13,8 +13,8 @@ import pytest
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.drivers.kube.types import WatchEvent
-from lifecycle.lab import kube as lab_kube
 from lifecycle.lab.kube import KubeStandIn
+from lifecycle.lab.kube import server as lab_kube
 
 T = TypeVar("T")
 

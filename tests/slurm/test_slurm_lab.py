@@ -201,3 +201,14 @@ def test_cli_status_reports_drain_owners(lab: LabSlurm, driver: SlurmDriver,
     assert row["owner"] == "racklife" and row["owner_run"] == "st-1"
     assert row["reason"] == "racklife:st-1: status test"
     assert next(r for r in data["nodes"] if r["node"] == "gpu-011")["owner"] is None
+
+
+def test_lab_stops_and_starts_one_node(lab: LabSlurm, driver: SlurmDriver) -> None:
+    pid_file = lab.root / "run" / "slurmd-gpu-011.pid"
+    pid = int(pid_file.read_text())
+    lab.stop_node("gpu-011")
+    assert not pid_file.exists()
+    lab.start_node("gpu-011")
+    assert int(pid_file.read_text()) != pid
+    state = driver.node("gpu-011").state
+    assert state.base == "idle" and state.responding

@@ -101,6 +101,7 @@ class IpmiDriver(BmcDriver):
         self._factory = command_factory
         self._cmd: Any = None
         self._lock = threading.Lock()
+        self._fru_chunk = _FRU_CHUNK  # shrinks to what the BMC accepts, once
 
     def validate(self) -> None:
         if not self._credentials.username:
@@ -220,13 +221,13 @@ class IpmiDriver(BmcDriver):
     def _read_fru(self, cmd: Any) -> bytes:
         info = self._raw(cmd, 0x0A, 0x10, (0,))
         size = info[0] | info[1] << 8
-        data, chunk = bytearray(), _FRU_CHUNK
+        data, chunk = bytearray(), self._fru_chunk
         while len(data) < size:
             count = min(chunk, size - len(data))
             rsp = cmd.raw_command(netfn=0x0A, command=0x11,
                                   data=(0, len(data) & 0xFF, len(data) >> 8, count))
             if rsp.get("code") in _FRU_TOO_BIG and chunk > 8:
-                chunk //= 2  # ask for less, as the BMC wants
+                chunk = self._fru_chunk = chunk // 2  # ask for less, as the BMC wants
                 continue
             if "error" in rsp:
                 raise pyghmi_exc.IpmiException(rsp["error"], rsp.get("code", 0))
@@ -284,8 +285,10 @@ class IpmiDriver(BmcDriver):
     # -- sensors and health
     def sensors(self) -> list[SensorReading]:
         readings = self._call("read sensors", lambda c: list(c.get_sensor_data()))
+        # pyghmi computes raw * M * 10**R in floating point: 12.080000000000002 V
         return [SensorReading(name=r.name, kind=_SENSOR_KINDS.get(r.type, "other"),
-                              value=r.value, unit=r.units or "", health=_health_word(r.health))
+                              value=None if r.value is None else round(r.value, 6),
+                              unit=r.units or "", health=_health_word(r.health))
                 for r in readings]
 
     def health(self) -> Health:

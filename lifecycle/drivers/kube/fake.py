@@ -94,6 +94,11 @@ class FakeKubeDriver(KubeDriver):
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
 
+    def set_ready(self, name: str, ready: bool) -> None:
+        """The kubelet reports (or stops reporting) Ready."""
+        status = self._stamp(self._nodes[name]).setdefault("status", {})
+        status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+
     def admin_cordon(self, name: str) -> None:
         """What ``kubectl cordon`` does: unschedulable, with no racklife mark."""
         self._stamp(self._nodes[name]).setdefault("spec", {})["unschedulable"] = True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,7 +214,7 @@ def pod_is_healthy(pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def budget_status(pdb: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> BudgetStatus:
+def budget_status(pdb: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> BudgetStatus:
     """Budget arithmetic over the pods the budget selects (``pods`` are already selected).
 
     The real controller takes ``expectedPods`` from the owning controllers'

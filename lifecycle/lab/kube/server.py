@@ -1,50 +1,39 @@
-"""The lab's Kubernetes API: a kmock stand-in, because no kube-apiserver can be installed here.
+"""The stand-in API server: kmock's Kubernetes emulator plus the API behaviours racklife relies on.
 
-racklife's Kubernetes driver must be tested over real HTTP against something
-that answers like kube-apiserver for the calls racklife makes. kmock (nolar's
-Kubernetes mock server) gives the HTTP server, request parsing, discovery,
-Status-shaped errors, an object store with history and event buses; this
-module adds, as kmock reactions, what racklife relies on and kmock leaves out:
-resourceVersions and optimistic concurrency, JSON merge / strategic merge /
-JSON patch, label and field selectors on lists and watches, ``?watch=true``
-with ``resourceVersion`` replay and ``timeoutSeconds``, PodDisruptionBudget
-status, the Eviction subresource (429 when a budget forbids it), and bearer
-token auth. ``docs/kubernetes.md`` lists exactly what is and is not emulated.
-
-Run it in-process (``KubeStandIn().start()``, a thread with its own event
-loop) or as a process (``python -m lifecycle.lab.kube --kubeconfig PATH``).
+Why it exists: no kube-apiserver can be installed on the machines racklife is
+built and tested on, yet the Kubernetes driver must be tested over real HTTP.
+kmock (nolar's Kubernetes mock server) gives the HTTP server, request parsing,
+discovery, Status-shaped errors, an object store with history and event buses.
+This module adds, as kmock reactions, what racklife relies on and kmock leaves
+out: resourceVersions and optimistic concurrency, JSON merge / strategic merge
+/ JSON patch, label and field selectors on lists and watches, ``?watch=true``
+with ``resourceVersion`` replay, selector-aware ADDED/DELETED and
+``timeoutSeconds``, PodDisruptionBudget status, the Eviction subresource (429
+when a budget forbids it) and bearer-token auth. ``docs/kubernetes.md`` lists
+exactly what is and is not emulated.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import copy
 import datetime
-import http.client
-import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import attrs
 import jsonpatch
 import kmock
-import yaml
 
 from lifecycle.drivers.kube import selectors as sel
 
 GPU_RESOURCE = "nvidia.com/gpu"
 JOURNAL_SIZE = 2000
+KEEP_REQUESTS = 500
+KEEP_VERSIONS = 8
 NODES = kmock.resource("", "v1", "nodes")
 PODS = kmock.resource("", "v1", "pods")
 PDBS = kmock.resource("policy", "v1", "poddisruptionbudgets")
@@ -111,16 +100,17 @@ class ApiServer(kmock.KubernetesEmulator):
             (NAMESPACES, "Namespace", False, set()),
         ):
             self.resources[res] = kmock.ResourceInfo(
-                kind=kind, namespaced=namespaced, subresources=subs,
+                kind=kind, singular=kind.lower(), namespaced=namespaced, subresources=subs,
                 verbs={"get", "list", "watch", "create", "patch", "delete"})
         self[kmock.method.POST][PODS, kmock.subresource("eviction")] << self._evict
         self[kmock.method.POST] << self._create
         self["patch"] << self._patch
         self["delete"] << self._delete
         self["put"] << (lambda _: _status(405, "MethodNotAllowed", "the lab stand-in has no PUT; use PATCH"))
-        self[kmock.action.LIST] << self._list
-        self[kmock.action.WATCH] << self._watch
-        self[kmock.action.FETCH] << self._fetch
+        # Discovery (/api/v1, /apis/policy/v1, …) has no resource plural: leave it to kmock's scaffold.
+        self[kmock.action.LIST, _names_objects] << self._list
+        self[kmock.action.WATCH, _names_objects] << self._watch
+        self[kmock.action.FETCH, _names_objects] << self._fetch
 
     # ------------------------------------------------------------ plumbing
 
@@ -137,6 +127,10 @@ class ApiServer(kmock.KubernetesEmulator):
             response = await super()._handle(request)
         except _Refused as e:
             response = await e.response(request)
+        finally:
+            # kmock records every request for test assertions; a lab runs for hours, so keep the recent ones.
+            if len(self._requests) > 2 * KEEP_REQUESTS:
+                del self._requests[:-KEEP_REQUESTS]
         return _plain_json(response)
 
     async def _render_error(self, exc: Exception) -> Any:
@@ -173,12 +167,15 @@ class ApiServer(kmock.KubernetesEmulator):
             assert prev is not None
             gone = copy.deepcopy(prev)
             gone["metadata"]["resourceVersion"] = str(self._last_rv)
-            self._objects[key].delete()
+            del self._objects[key]  # not kmock's soft delete: a lab churns pods for hours
             await self._buses[res].put({"type": "DELETED", "object": gone, "prev": prev})
             return gone
         new.setdefault("metadata", {})["resourceVersion"] = str(self._last_rv)
         if key in self._objects:
-            self._objects[key].history.append(new)
+            history = self._objects[key].history
+            history.append(new)
+            if len(history) > 2 * KEEP_VERSIONS:
+                del history[:-KEEP_VERSIONS]
         else:
             self._objects[key] = new
         # Like the API server's watch cache, keep the previous state: selector watches need it.
@@ -203,7 +200,7 @@ class ApiServer(kmock.KubernetesEmulator):
         if namespace is not None:
             meta["namespace"] = namespace
         meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("creationTimestamp", now())
         meta.setdefault("generation", 1)
         if res == PODS:
             obj.setdefault("status", {}).setdefault("phase", "Running")  # no kubelet: pods start at once
@@ -369,6 +366,10 @@ class ApiServer(kmock.KubernetesEmulator):
                 yield out
 
 
+def _names_objects(request: kmock.Request) -> bool:
+    return request.resource is not None and request.resource.plural is not None
+
+
 def _plain_json(response: Any) -> Any:
     """kube-apiserver says ``application/json`` without a charset, and clients compare it exactly."""
     if not response.prepared and response.content_type == "application/json":
@@ -377,226 +378,8 @@ def _plain_json(response: Any) -> Any:
 
 
 def _evolve(request: kmock.Request, **changes: Any) -> kmock.Request:
-    import attrs
-
     return attrs.evolve(request, **changes)
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def node_object(name: str, *, labels: Mapping[str, str] | None = None, taints: list[Obj] | None = None,
-                gpus: int = 8, ready: bool = True) -> Obj:
-    """The Node object a kubelet would register for a lab node."""
-    capacity = {"cpu": "64", "memory": "1056Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                              **(labels or {})}},
-        "spec": {"taints": list(taints or [])},
-        "status": {"capacity": capacity, "allocatable": dict(capacity),
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                   "reason": "KubeletReady" if ready else "KubeletNotReady",
-                                   "lastTransitionTime": _now()}],
-                   "nodeInfo": {"architecture": "amd64", "bootID": str(uuid.uuid4()), "machineID": uuid.uuid4().hex,
-                                "systemUUID": str(uuid.uuid4()), "containerRuntimeVersion": "containerd://1.7.0",
-                                "kernelVersion": os.uname().release, "kubeProxyVersion": "",
-                                "kubeletVersion": "v1.30.0-racklife-lab", "operatingSystem": "linux",
-                                "osImage": "racklife lab node"}},
-    }
-
-
-# ---------------------------------------------------------------- running it
-
-
-@dataclass
-class _Admin:
-    """Lab-side writes over the stand-in's own HTTP API (the same path every client takes)."""
-
-    url: str = ""
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
-
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        host, port = self.url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type})
-            resp = conn.getresponse()
-            data = json.loads(resp.read() or b"null")
-        finally:
-            conn.close()
-        if resp.status >= 400:
-            raise RuntimeError(f"{method} {path}: {resp.status} {data.get('message') if data else ''}")
-        return data
-
-    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
-        """A kubeconfig for clients (kubectl, lightkube); it holds the lab token, so it is mode 0600."""
-        config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "racklife-lab", "preferences": {},
-            "clusters": [{"name": "racklife-lab", "cluster": {"server": self.url}}],
-            "users": [{"name": "racklife-lab", "user": {"token": self.token}}],
-            "contexts": [{"name": "racklife-lab",
-                          "context": {"cluster": "racklife-lab", "user": "racklife-lab", "namespace": namespace}}],
-        }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-        tmp.chmod(0o600)
-        tmp.replace(path)
-        return path
-
-    def join(self, name: str, *, labels: Mapping[str, str] | None = None, taints: list[Obj] | None = None,
-             gpus: int = 8, ready: bool = True) -> Obj:
-        """A node "boots" into Kubernetes: its Node object appears (idempotent: an existing one is kept)."""
-        try:
-            return dict(self.request("GET", f"/api/v1/nodes/{name}"))
-        except RuntimeError:
-            obj = node_object(name, labels=labels, taints=taints, gpus=gpus, ready=ready)
-            return dict(self.request("POST", "/api/v1/nodes", obj))
-
-    def leave(self, name: str) -> None:
-        """The node's Node object goes away (powered off, or moved to the Slurm pool)."""
-        try:
-            self.request("DELETE", f"/api/v1/nodes/{name}")
-        except RuntimeError as e:
-            if " 404 " not in str(e):
-                raise
-
-    def set_ready(self, name: str, ready: bool) -> None:
-        cond = {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}
-        self.request("PATCH", f"/api/v1/nodes/{name}/status", [{"op": "replace", "path": "/status/conditions",
-                                                                "value": [cond]}], "application/json-patch+json")
-
-    def create_pod(self, name: str, node: str, *, namespace: str = "default", labels: Mapping[str, str] | None = None,
-                   owner_kind: str | None = None, mirror: bool = False, phase: str = "Running") -> Obj:
-        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
-        if owner_kind:
-            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": f"{name}-owner",
-                                        "uid": str(uuid.uuid4()), "controller": True}]
-        if mirror:
-            meta["annotations"] = {"kubernetes.io/config.mirror": secrets.token_hex(8)}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/app:1"}]},
-               "status": {"phase": phase}}
-        return dict(self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod))
-
-    def delete_pod(self, name: str, namespace: str = "default") -> None:
-        self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
-
-    def create_pdb(self, name: str, match_labels: Mapping[str, str], *, namespace: str = "default",
-                   min_available: int | str | None = None, max_unavailable: int | str | None = None) -> Obj:
-        spec: Obj = {"selector": {"matchLabels": dict(match_labels)}}
-        if min_available is not None:
-            spec["minAvailable"] = min_available
-        if max_unavailable is not None:
-            spec["maxUnavailable"] = max_unavailable
-        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-               "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-        return dict(self.request("POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", pdb))
-
-
-@dataclass
-class KubeStandIn(_Admin):
-    """The stand-in served from a thread of this process, on 127.0.0.1."""
-
-    port: int = 0
-    api: ApiServer | None = field(default=None, init=False, repr=False)
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
-    _stopped: asyncio.Event | None = field(default=None, init=False, repr=False)
-    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
-
-    def start(self, timeout_s: float = 10.0) -> KubeStandIn:
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stopped = asyncio.Event()
-            try:
-                self.api = ApiServer()
-                self.api.token = self.token
-                async with self.api, kmock.Server(self.api, host="127.0.0.1", port=self.port or None) as server:
-                    self.port = server.port
-                    self.url = f"http://127.0.0.1:{server.port}"
-                    ready.set()
-                    await self._stopped.wait()
-            except BaseException as e:
-                failure.append(e)
-                raise
-            finally:
-                ready.set()
-
-        self._thread = threading.Thread(target=asyncio.run, args=(serve(),), name="kube-stand-in", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout_s) or failure:
-            raise RuntimeError(f"the Kubernetes stand-in did not start: {failure[0] if failure else 'timeout'}")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stopped is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._stopped.set)
-            self._thread.join(10)
-            self._thread = None
-
-    def __enter__(self) -> KubeStandIn:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-
-@dataclass
-class KubeProcess(_Admin):
-    """The stand-in as a child process (what ``racklife lab up`` runs); ``kubeconfig`` is how to reach it."""
-
-    kubeconfig: Path = Path("kubeconfig")
-    proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-
-    def start(self, timeout_s: float = 20.0, log: Path | None = None) -> KubeProcess:
-        self.kubeconfig.unlink(missing_ok=True)
-        env = dict(os.environ, RACKLIFE_KUBE_TOKEN=self.token)
-        out = log.open("ab") if log is not None else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", "lifecycle.lab.kube", "--kubeconfig", str(self.kubeconfig)],
-                                     env=env, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while not self.kubeconfig.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the Kubernetes stand-in process did not start")
-            time.sleep(0.05)
-        self.url = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT; the kubeconfig appears once the port is bound (readiness signal)."""
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("--kubeconfig", type=Path, required=True)
-    args.add_argument("--port", type=int, default=0)
-    opts = args.parse_args(argv)
-    stand_in = KubeStandIn(port=opts.port, token=os.environ.get("RACKLIFE_KUBE_TOKEN") or secrets.token_urlsafe(24))
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    stand_in.start()
-    stand_in.write_kubeconfig(opts.kubeconfig)
-    print(f"kube stand-in serving on {stand_in.url}", flush=True)
-    done.wait()
-    stand_in.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Fan ``burnin run`` out to a rack's nodes over SSH and bring every result back.
+
+An acceptance run must end with one outcome per node, whatever happened to it: a node
+that refuses the connection, rejects the key, hangs, or has no burn-in installed is a
+*failed node with a reason*, never an exception that loses the other nodes' results.
+So each node runs in its own worker with its own deadline, at most ``max_in_flight``
+at once, and every outcome records what was asked, when, and why it ended.
+
+The transport is the system OpenSSH client (``ssh`` with argv lists, key
+authentication only, ``BatchMode``, host keys checked against a known_hosts file the
+caller provides): SSH SDKs may only be imported by driver adapters (import-linter), and
+anything implementing :class:`Transport` — a fabric-based driver included — plugs in.
+The remote side receives one command string (that is how SSH works); every word of it
+is quoted with :func:`shlex.quote`, and node, host and user names are validated first.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal, Protocol
+
+from acceptance.judge import NodeInput
+from burnin.result import ResultFormatError, RunResult, load_result
+
+Status = Literal["ok", "unreachable", "timeout", "failed"]
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SSH_UNREACHABLE = 255  # ssh's own exit status for connection and authentication failures
+
+
+class FanoutError(ValueError):
+    """Targets or commands that must not be sent (unsafe names, bad options)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    node: str
+    host: str
+    port: int = 22
+    user: str = "root"
+
+    def __post_init__(self) -> None:
+        if not _NODE.match(self.node):
+            raise FanoutError(f"node name {self.node!r} is not allowed")
+        if not _HOST.match(self.host):
+            raise FanoutError(f"host {self.host!r} is not allowed")
+        if not _USER.match(self.user):
+            raise FanoutError(f"user {self.user!r} is not allowed")
+        if not 0 < self.port < 65536:
+            raise FanoutError(f"port {self.port} is out of range")
+
+
+@dataclass(frozen=True)
+class BurninCommand:
+    """What to run on each node: ``<python> -m burnin run --profile P --level L --out <dir>``."""
+
+    profile: str
+    level: str
+    run_id: str
+    python: str = "python3"
+    base_dir: str = "/var/tmp/racklife-burnin"
+    env: Mapping[str, str] = field(default_factory=dict)
+    skip: tuple[str, ...] = ()
+
+    def remote_dir(self, node: str) -> str:
+        if not _NODE.match(self.run_id):
+            raise FanoutError(f"run id {self.run_id!r} is not allowed")
+        return f"{self.base_dir.rstrip('/')}/{self.run_id}/{node}"
+
+    def argv(self, node: str) -> list[str]:
+        bad = [k for k in self.env if not _ENV_KEY.match(k)]
+        if bad:
+            raise FanoutError(f"environment names not allowed: {bad}")
+        prefix = ["env", *(f"{k}={v}" for k, v in sorted(self.env.items()))] if self.env else []
+        skips = [w for s in self.skip for w in ("--skip", s)]
+        return [*prefix, self.python, "-m", "burnin", "run", "--profile", self.profile, "--level", self.level,
+                "--out", self.remote_dir(node), *skips]
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    exit_code: int | None
+    stdout: bytes
+    stderr: str
+    timed_out: bool = False
+
+
+class Transport(Protocol):
+    def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun: ...
+
+
+@dataclass(frozen=True)
+class OpenSSH:
+    """The system ``ssh`` client with key authentication only and checked host keys."""
+
+    identity_file: Path
+    known_hosts: Path
+    connect_timeout_s: int = 10
+    binary: str = "ssh"
+
+    def base_argv(self, target: Target) -> list[str]:
+        return [self.binary, "-F", "none", "-i", str(self.identity_file), "-p", str(target.port),
+                "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "PasswordAuthentication=no",
+                "-o", "KbdInteractiveAuthentication=no", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", f"ConnectTimeout={self.connect_timeout_s}", "-o", "LogLevel=ERROR",
+                "-l", target.user, "--", target.host]
+
+    def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:
+        remote = " ".join(shlex.quote(a) for a in argv)
+        try:
+            proc = subprocess.run([*self.base_argv(target), remote], capture_output=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired as exc:
+            return RemoteRun(None, exc.stdout or b"", (exc.stderr or b"").decode("utf-8", "replace"), True)
+        return RemoteRun(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One node's fan-out: its result (when one came back) or why there is none."""
+
+    node: str
+    status: Status
+    reason: str | None
+    result: RunResult | None
+    local_dir: Path | None
+    exit_code: int | None
+    started_at: str
+    ended_at: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _tail(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-3:])[:300]
+
+
+def _unpack(data: bytes, dest: Path) -> None:
+    with tempfile.TemporaryFile() as fh:
+        fh.write(data)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh, mode="r:") as tar:
+            tar.extractall(dest, filter="data")  # no absolute paths, links out of dest, devices
+
+
+def run_node(transport: Transport, target: Target, command: BurninCommand, out_root: Path, timeout_s: float,
+             clock: Callable[[], float] = time.monotonic) -> NodeOutcome:
+    """Run burn-in on one node and fetch its directory; never raises for what the node did."""
+    started, t0 = _now(), clock()
+
+    def done(status: Status, reason: str | None, code: int | None, result: RunResult | None = None,
+             local: Path | None = None) -> NodeOutcome:
+        return NodeOutcome(target.node, status, reason, result, local, code, started, _now())
+
+    remote_dir = command.remote_dir(target.node)
+    run = transport.run(target, command.argv(target.node), timeout_s)
+    if run.timed_out:
+        return done("timeout", f"burn-in did not finish within {timeout_s:g} s", None)
+    if run.exit_code == SSH_UNREACHABLE:
+        return done("unreachable", f"ssh to {target.host}:{target.port} failed: {_tail(run.stderr)}", 255)
+    if run.exit_code not in (0, 1):
+        return done("failed", f"burn-in exited {run.exit_code}: {_tail(run.stderr)}", run.exit_code)
+    left = timeout_s - (clock() - t0)
+    if left <= 0:
+        return done("timeout", f"no time left within {timeout_s:g} s to fetch {remote_dir}", run.exit_code)
+    fetch = transport.run(target, ["tar", "-C", remote_dir, "-cf", "-", "."], left)
+    if fetch.timed_out or fetch.exit_code != 0:
+        why = "timed out" if fetch.timed_out else f"exited {fetch.exit_code}: {_tail(fetch.stderr)}"
+        return done("timeout" if fetch.timed_out else "failed", f"fetching {remote_dir} {why}", run.exit_code)
+    local = out_root / target.node
+    local.mkdir(parents=True, exist_ok=True)
+    try:
+        _unpack(fetch.stdout, local)
+        result = load_result((local / "result.json").read_text(encoding="utf-8"))
+    except (tarfile.TarError, OSError, ResultFormatError) as exc:
+        return done("failed", f"the node's result could not be read: {exc}", run.exit_code, None, local)
+    return done("ok", None, run.exit_code, result, local)
+
+
+def fan_out(
+    transport: Transport,
+    targets: Sequence[Target],
+    command: BurninCommand,
+    out_root: Path,
+    *,
+    max_in_flight: int = 8,
+    timeout_s: float = 3600.0,
+    on_done: Callable[[NodeOutcome], None] | None = None,
+) -> list[NodeOutcome]:
+    """Run burn-in on every target, at most ``max_in_flight`` at once; outcomes in target order."""
+    if max_in_flight < 1:
+        raise FanoutError("max_in_flight must be at least 1")
+    names = [t.node for t in targets]
+    if len(set(names)) != len(names):
+        raise FanoutError("node names must be unique")
+    for t in targets:
+        command.argv(t.node)  # validate everything before the first connection
+    lock = threading.Lock()
+
+    def one(target: Target) -> NodeOutcome:
+        try:
+            outcome = run_node(transport, target, command, out_root, timeout_s)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            outcome = NodeOutcome(target.node, "failed", f"{type(exc).__name__}: {exc}", None, None, None,
+                                  _now(), _now())
+        if on_done is not None:
+            with lock:
+                on_done(outcome)
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="fanout") as pool:
+        return list(pool.map(one, targets))
+
+
+def to_input(outcome: NodeOutcome, profile: str, position: int | None = None, rack: str | None = None) -> NodeInput:
+    """The judge's view of an outcome: a node with no result carries the fan-out's reason."""
+    error = None if outcome.result is not None else f"{outcome.status}: {outcome.reason}"
+    return NodeInput(outcome.node, profile, outcome.result, error, position, rack)

@@ -1,0 +1,13 @@
+"""The lab's Kubernetes API: a kmock stand-in, because no kube-apiserver can be installed here.
+
+``server`` is the API (kmock plus the behaviours racklife relies on); ``run``
+serves it from a thread (``KubeStandIn``) or a child process
+(``KubeProcess``, also ``python -m lifecycle.lab.kube --kubeconfig PATH``)
+and performs the lab's own changes: nodes joining and leaving, test pods and
+budgets. What is emulated and what is not: ``docs/kubernetes.md``.
+"""
+
+from lifecycle.lab.kube.run import KubeAdmin, KubeProcess, KubeStandIn, main, node_object
+from lifecycle.lab.kube.server import GPU_RESOURCE, ApiServer
+
+__all__ = ["GPU_RESOURCE", "ApiServer", "KubeAdmin", "KubeProcess", "KubeStandIn", "main", "node_object"]

@@ -1,0 +1,191 @@
+"""Fan-out over real SSH: an OpenSSH server on 127.0.0.1, key authentication only.
+
+Each "node" is the same sshd reached under another node name; burn-in runs there for
+real (``python -m burnin run``) with captured tool outputs on its PATH, and the result
+directory is fetched back. Unreachable, mis-keyed and hanging nodes come back as failed
+nodes with the reason, and the other nodes' results are unaffected.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from acceptance.fanout import (
+    BurninCommand,
+    FanoutError,
+    NodeOutcome,
+    OpenSSH,
+    RemoteRun,
+    Target,
+    fan_out,
+    to_input,
+)
+
+SSHD = "/usr/sbin/sshd"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Sshd:
+    port: int
+    client_key: Path
+    known_hosts: Path
+    other_key: Path  # a key the server does not accept
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    assert os.geteuid() == 0, "this test starts sshd and logs in as root: run it as root"
+    assert Path(SSHD).is_file(), "Debian package openssh-server is required"
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host", "client", "other"):
+        _keygen(d / name)
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        "MaxStartups 50\nLogLevel ERROR\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE)
+    host_key = (d / "host.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None, f"sshd exited: {proc.stderr.read() if proc.stderr else ''}"
+            assert time.monotonic() < deadline, "sshd did not start listening"
+            time.sleep(0.05)
+    try:
+        yield Sshd(port, d / "client", d / "known_hosts", d / "other")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def node_path(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Path:
+    """A PATH of node tools that print captured outputs (ibstat, all_reduce_perf, dcgmi)."""
+    bin_dir = tmp_path_factory.mktemp("node-bin")
+    tools = {
+        "ibstat": fixtures_dir / "infiniband/gpud_ibstat.47.0.h100.all.active.0.txt",
+        "all_reduce_perf": fixtures_dir / "nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt",
+        "dcgmi": fixtures_dir / "dcgm/virtualclient/DCGMIDiag_r1_results.json",
+    }
+    for name, out in tools.items():
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\n/bin/cat "{out}"\n')
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def command(node_path: Path, tmp: Path, python: str = sys.executable) -> BurninCommand:
+    return BurninCommand("h100-sxm-8", "quick", "run-0001", python=python, base_dir=str(tmp / "remote"),
+                         env={"PATH": f"{node_path}:/usr/bin:/bin"})
+
+
+class Counting:
+    """The real transport, counting how many nodes are in flight at once."""
+
+    def __init__(self, inner: OpenSSH) -> None:
+        self.inner = inner
+        self.now = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return self.inner.run(target, argv, timeout_s)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+@pytest.mark.root
+def test_fan_out_collects_results_and_reports_unreachable_nodes(sshd: Sshd, node_path: Path, tmp_path: Path) -> None:
+    ssh = Counting(OpenSSH(sshd.client_key, sshd.known_hosts, connect_timeout_s=5))
+    closed = _free_port()
+    targets = [Target(f"gpu-{i:02d}", "127.0.0.1", sshd.port) for i in range(1, 5)]
+    targets.append(Target("gpu-dead", "127.0.0.1", closed))
+    seen: list[NodeOutcome] = []
+    outcomes = fan_out(ssh, targets, command(node_path, tmp_path), tmp_path / "collected", max_in_flight=2,
+                       timeout_s=120, on_done=seen.append)
+    assert [o.node for o in outcomes] == [t.node for t in targets]
+    assert sorted(o.node for o in seen) == sorted(t.node for t in targets)
+    assert ssh.peak <= 2
+    for o in outcomes[:4]:
+        assert o.status == "ok", o.reason
+        assert o.result is not None and o.local_dir is not None
+        assert (o.local_dir / "result.json").is_file() and (o.local_dir / "raw").is_dir()
+        checks = {c.name: c for c in o.result.checks}
+        assert checks["ib"].tool == "ibstat" and (o.local_dir / (checks["ib"].raw_output or "x")).is_file()
+        assert checks["nccl.all_reduce"].measured["peak_busbw"] == pytest.approx(476.53)
+        assert checks["gpu"].verdict == "error"  # no NVML and no nvidia-smi here: not a pass
+        assert o.exit_code == 1
+    dead = outcomes[4]
+    assert dead.status == "unreachable" and dead.result is None
+    assert "Connection refused" in (dead.reason or "")
+    node_input = to_input(dead, "h100-sxm-8", position=5, rack="rack-a")
+    assert node_input.result is None and (node_input.error or "").startswith("unreachable: ssh to 127.0.0.1")
+
+
+@pytest.mark.root
+def test_wrong_key_missing_burnin_and_timeouts_are_failed_nodes(sshd: Sshd, node_path: Path, tmp_path: Path) -> None:
+    wrong = OpenSSH(sshd.other_key, sshd.known_hosts, connect_timeout_s=5)
+    [denied] = fan_out(wrong, [Target("gpu-01", "127.0.0.1", sshd.port)], command(node_path, tmp_path),
+                       tmp_path / "c1", timeout_s=60)
+    assert denied.status == "unreachable" and "Permission denied" in (denied.reason or "")
+    ssh = OpenSSH(sshd.client_key, sshd.known_hosts, connect_timeout_s=5)
+    [missing] = fan_out(ssh, [Target("gpu-01", "127.0.0.1", sshd.port)],
+                        command(node_path, tmp_path, python="/nonexistent/python3"), tmp_path / "c2", timeout_s=60)
+    assert missing.status == "failed" and missing.exit_code == 127
+    hang = node_path.parent / "hang"
+    hang.mkdir(exist_ok=True)
+    (hang / "python3").write_text("#!/bin/sh\nexec sleep 30\n")
+    (hang / "python3").chmod(0o755)
+    [slow] = fan_out(ssh, [Target("gpu-01", "127.0.0.1", sshd.port)],
+                     command(node_path, tmp_path, python=str(hang / "python3")), tmp_path / "c3", timeout_s=2)
+    assert slow.status == "timeout" and "2 s" in (slow.reason or "")
+
+
+def test_unsafe_targets_and_commands_are_refused(tmp_path: Path) -> None:
+    for bad in ({"node": "-oProxyCommand=x", "host": "h"}, {"node": "n", "host": "-oProxyCommand=x"},
+                {"node": "n", "host": "h", "user": "root;id"}, {"node": "n", "host": "h", "port": 0}):
+        with pytest.raises(FanoutError):
+            Target(**bad)  # type: ignore[arg-type]
+    with pytest.raises(FanoutError):
+        BurninCommand("p", "quick", "../x").argv("n")
+    with pytest.raises(FanoutError):
+        BurninCommand("p", "quick", "r", env={"LD_PRELOAD x": "y"}).argv("n")
+    ssh = OpenSSH(tmp_path / "k", tmp_path / "kh")
+    with pytest.raises(FanoutError, match="unique"):
+        fan_out(ssh, [Target("a", "h"), Target("a", "h")], BurninCommand("p", "quick", "r"), tmp_path)
+    argv = BurninCommand("p", "quick", "r", env={"PATH": "/x y"}).argv("n")
+    assert argv[:2] == ["env", "PATH=/x y"] and argv[argv.index("--out") + 1] == "/var/tmp/racklife-burnin/r/n"
