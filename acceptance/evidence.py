@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from acceptance.isolation import Isolation
 from acceptance.judge import GroupJudgement, NodeInput, NodeJudgement, RackJudgement
 
 MANIFEST = "manifest.json"
@@ -153,6 +154,7 @@ def write_bundle(
     node_dirs: Mapping[str, Path],
     meta: BundleMeta,
     *,
+    isolation: Isolation | None = None,
     extra_rack_data: Mapping[str, Any] | None = None,
 ) -> str:
     """Write the bundle for one rack into the empty ``out_dir`` and seal it; returns the manifest digest.
@@ -198,6 +200,7 @@ def write_bundle(
         "not_passed": judgement.not_passed,
         "fleet": [asdict(s) for s in judgement.fleet],
         "multi_node": groups,
+        "isolation": isolation.to_dict() if isolation is not None else None,
         **(dict(extra_rack_data) if extra_rack_data else {}),
     }
     _write_json(out_dir / "rack.json", rack_doc)

@@ -71,7 +71,7 @@ class BurninCommand:
     level: str
     run_id: str
     python: str = "python3"
-    base_dir: str = "/var/tmp/racklife-burnin"
+    base_dir: str = "/var/lib/racklife/burnin"
     env: Mapping[str, str] = field(default_factory=dict)
     skip: tuple[str, ...] = ()
 

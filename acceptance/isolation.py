@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from acceptance._search import (
     Group,
@@ -90,6 +90,25 @@ class Isolation:
     @property
     def n_tests(self) -> int:
         return sum(len(r.groups) for r in self.rounds)
+
+    def culprits(self) -> dict[str, str]:
+        """Nodes to quarantine, each with why (for :func:`acceptance.judge.judge_rack`'s ``culprits``).
+
+        A bad link is not a node fault (it is a cable, a port or a switch between two good
+        nodes), so its ends are not listed here; ``bad_links`` is reported on its own.
+        Unresolved nodes are listed: a node that could not be cleared does not pass.
+        """
+        out = {n: f"isolation: {self.reasons.get(n, 'slow in multi-node runs')}" for n in sorted(self.bad_nodes)}
+        out.update({n: "isolation: could not be told apart from a bad node (no good partner)"
+                    for n in sorted(self.unresolved)})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bad_nodes": sorted(self.bad_nodes), "bad_links": [list(x) for x in sorted(self.bad_links)],
+                "unresolved": sorted(self.unresolved), "reasons": dict(self.reasons), "rounds": self.n_rounds,
+                "runs": self.n_tests,
+                "history": [{"round": r.number, "groups": [list(g) for g in r.groups], "slow": list(r.slow)}
+                            for r in self.rounds]}
 
 
 class IsolationError(ValueError):

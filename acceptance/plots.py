@@ -20,7 +20,8 @@ from acceptance.judge import MODIFIED_Z, FleetStat, OutlierPolicy
 
 Curve = Sequence[tuple[int, float]]  # (message size in bytes, busbw GB/s)
 
-_PASS, _FAIL, _OTHER = "#2e7d32", "#c62828", "#9e9e9e"
+_PASS, _FAIL = "#2e7d32", "#c62828"
+_FAILING = ("#c62828", "#ef6c00", "#6a1b9a", "#ad1457", "#0277bd", "#4e342e")  # one hue per failing node
 
 
 def _svg(fig: Figure) -> str:
@@ -42,14 +43,15 @@ def busbw_curves(curves: Mapping[str, Curve], failing: set[str], title: str, flo
     """One line per node (failing nodes in red), optional horizontal floor; returns SVG."""
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.add_subplot()
-    for name, points in sorted(curves.items(), key=lambda kv: kv[0] in failing):
+    hue = {name: _FAILING[i % len(_FAILING)] for i, name in enumerate(sorted(failing))}
+    for name, points in sorted(curves.items(), key=lambda kv: (kv[0] in failing, kv[0])):
         if not points:
             continue
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
         bad = name in failing
         ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.8 if bad else 1.0,
-                color=_FAIL if bad else _PASS, alpha=1.0 if bad else 0.55, label=name if bad else None)
+                color=hue.get(name, _PASS), alpha=1.0 if bad else 0.55, label=name if bad else None)
     if floor is not None:
         ax.axhline(floor, color="#37474f", linestyle="--", linewidth=1, label=f"profile floor {floor:g} GB/s")
     ax.set_xscale("log", base=2)

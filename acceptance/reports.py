@@ -75,13 +75,7 @@ def to_json(r: ReportInput) -> str:
 
 
 def _isolation_doc(iso: Isolation | None) -> dict[str, Any] | None:
-    if iso is None:
-        return None
-    return {"bad_nodes": sorted(iso.bad_nodes), "bad_links": [list(x) for x in sorted(iso.bad_links)],
-            "unresolved": sorted(iso.unresolved), "reasons": iso.reasons, "rounds": iso.n_rounds,
-            "runs": iso.n_tests,
-            "history": [{"round": rr.number, "groups": [list(g) for g in rr.groups], "slow": list(rr.slow)}
-                        for rr in iso.rounds]}
+    return None if iso is None else iso.to_dict()
 
 
 # ------------------------------------------------------------------ JUnit XML
@@ -145,8 +139,30 @@ def to_junit(r: ReportInput) -> str:
         suite.set("time", f"{total:.3f}")
         ET.SubElement(suite, "system-out").text = "\n".join(n.reasons())
         ET.SubElement(suite, "system-err").text = (inp.error or "") if inp else ""
+    if r.judgement.groups:
+        _junit_groups(root, r, stamp, len(r.judgement.nodes))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _junit_groups(root: ET.Element, r: ReportInput, stamp: str, idx: int) -> None:
+    """The multi-node runs as one more suite: one test case per run."""
+    groups = r.judgement.groups
+    suite = ET.SubElement(root, "testsuite", {
+        "name": "multi_node", "package": r.meta.rack, "id": str(idx), "timestamp": stamp,
+        "hostname": "controller", "tests": str(len(groups)),
+        "failures": str(sum(g.verdict == "fail" for g in groups)),
+        "errors": str(sum(g.verdict == "error" for g in groups)), "time": "0"})
+    ET.SubElement(suite, "properties")
+    for g in groups:
+        case = ET.SubElement(suite, "testcase", {"name": f"{g.run.kind}:{'+'.join(g.run.nodes)}",
+                                                 "classname": f"{r.meta.rack}.multi_node", "time": "0"})
+        if g.verdict != "pass":
+            el = ET.SubElement(case, "failure" if g.verdict == "fail" else "error",
+                               {"message": g.finding.reason, "type": f"multi_node.{g.verdict}"})
+            el.text = json.dumps({"measured": g.finding.measured, "threshold": g.finding.threshold}, default=str)
+    ET.SubElement(suite, "system-out").text = ""
+    ET.SubElement(suite, "system-err").text = ""
 
 
 # ------------------------------------------------------------------ HTML

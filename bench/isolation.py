@@ -44,7 +44,7 @@ def main() -> None:
                 bad = frozenset(picks[:k])
                 links = frozenset({link(picks[k], picks[k + 1])}) if args.links else frozenset()
                 for split in ("pairs", "binary"):
-                    res = isolate(nodes, FaultModel(bad, links), split=split,  # type: ignore[arg-type]
+                    res = isolate(nodes, FaultModel(bad, links), split=split,
                                   confirm=2 if args.links else 1, max_parallel=args.max_parallel)
                     if res.bad_nodes != bad or res.bad_links != links or res.unresolved:
                         raise SystemExit(f"wrong answer: N={n} k={k} {split}: {sorted(res.bad_nodes)} != {sorted(bad)}")

@@ -70,17 +70,20 @@ def up(
     (lab_dir / rack.STATE_FILE).unlink(missing_ok=True)
     started = time.monotonic()
     with (lab_dir / "supervisor.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "lifecycle.lab.rack", "serve", str(lab_dir)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        # setsid -f: the supervisor is not our child, so it outlives this command.
+        subprocess.run(["setsid", "-f", sys.executable, "-m", "lifecycle.lab.rack", "serve", str(lab_dir)],
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True)
     while True:
         state = rack.read_state(lab_dir)
-        if state and state.get("phase") == "ready":
+        phase = state.get("phase") if state else None
+        if state is not None and phase == "ready":
             break
-        if proc.poll() is not None or (state and state.get("phase") == "failed"):
-            proc.wait()
+        waited = time.monotonic() - started
+        if phase == "failed" or (state and not rack.supervisor_alive(state)) or (state is None and waited > 30):
             why = (state or {}).get("error") or f"see {lab_dir / 'supervisor.log'}"
+            rack.cleanup(lab_dir, prefix)
             fail(f"the lab did not start: {why}", FAILED)
-        if time.monotonic() - started > timeout + 30:
+        if waited > timeout + 30:
             rack.cleanup(lab_dir, prefix)
             fail(f"the lab was not ready after {timeout:.0f} s; see {lab_dir / 'supervisor.log'}", FAILED)
         time.sleep(0.2)

@@ -232,8 +232,14 @@ class Rack:
             self.slurm.start_node(name, wait=False)
 
     def _slurmd_stop(self, name: str) -> None:
-        if self.slurm is not None and name in self.slurm.ports:
-            self.slurm.stop_node(name)
+        slurm = self.slurm
+        if slurm is None or name not in slurm.ports:
+            return
+        slurm.stop_node(name)
+        # What slurmctld concludes SlurmdTimeout seconds after a node loses power, said at once;
+        # ReturnToService=2 brings the node back when its slurmd registers after power-on.
+        subprocess.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=lab: powered off"],
+                       capture_output=True, env=slurm.env(), timeout=10, check=False)
 
     # ------------------------------------------------------------- lifecycle
 
@@ -297,7 +303,8 @@ class Rack:
                 raise RuntimeError(f"{node.name} did not boot: {node.boot_error or 'timed out'}")
         slurm = self.slurm
         assert slurm is not None and self.inventory is not None
-        wanted = set(slurm.ports)
+        inv = self.inventory
+        wanted = {n.name for n in inv.nodes if inv.pool(n.pool).scheduler == "slurm"}
         while time.monotonic() < deadline:
             out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
                                  env=slurm.env(), timeout=10, check=False).stdout
@@ -373,6 +380,7 @@ class Rack:
 def serve(lab_dir: Path) -> int:
     """The supervisor: start the rack from ``LAB_DIR/lab.json``, serve until SIGTERM, stop it."""
     config = RackConfig.from_json(json.loads((lab_dir / CONFIG_FILE).read_text(encoding="utf-8")))
+    write_json(lab_dir / STATE_FILE, {"phase": "starting", "pid": os.getpid(), "prefix": config.prefix})
     rack = Rack(config)
     signal.signal(signal.SIGTERM, lambda *_: rack.request_stop())
     signal.signal(signal.SIGINT, lambda *_: rack.request_stop())

@@ -22,9 +22,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lifecycle.drivers.slurm.render import (
     RenderOptions,
@@ -117,7 +118,6 @@ class LabSlurm:
             controller="localhost",
             controller_addr="127.0.0.1",
             slurmctld_port=self.ports["slurmctld"],
-            conf_dir=str(r / "etc"),
             state_dir=str(r / "state"),
             spool_dir=str(r / "spool"),
             log_dir=str(r / "log"),
@@ -363,12 +363,12 @@ def running(config: LabSlurmConfig) -> Iterator[LabSlurm]:
         lab.stop()
 
 
-def lab_config(inventory: Inventory, root: Path, **kw: object) -> LabSlurmConfig:
-    return replace(LabSlurmConfig(inventory=inventory, root=root), **kw)  # type: ignore[arg-type]
+def lab_config(inventory: Inventory, root: Path, **kw: Any) -> LabSlurmConfig:
+    """A config with the given fields set (used by the emulated rack)."""
+    return LabSlurmConfig(inventory=inventory, root=root, **kw)
 
 
-def _wait(cond: object, timeout: float, what: str) -> None:
-    assert callable(cond)
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from acceptance.evidence import BundleMeta, EvidenceError, seal, verify, write_bundle
+from acceptance.isolation import FaultModel, isolate
 from acceptance.judge import GroupRun, NodeInput, judge_rack
 from burnin.parsers import nccl
 from lifecycle.cli import app
@@ -29,7 +30,8 @@ def bundle(rack8: Build, tmp_path: Path, fixtures_dir: Path) -> tuple[Path, str]
     groups = [GroupRun(("gpu-a01", "gpu-a02"), "pair", nccl.parse(degraded, "all_reduce"), raw_output=degraded)]
     j = judge_rack(inputs, groups=groups, group_profile="h100-sxm-8")
     out = tmp_path / "bundle"
-    digest = write_bundle(out, j, inputs, {inp.node: d for inp, d in built}, META)
+    iso = isolate([i.node for i in inputs], FaultModel(frozenset({"gpu-a03"})))
+    digest = write_bundle(out, j, inputs, {inp.node: d for inp, d in built}, META, isolation=iso)
     return out, digest
 
 
@@ -51,6 +53,7 @@ def test_bundle_holds_everything_and_verifies(bundle: tuple[Path, str]) -> None:
     rack = json.loads((root / "rack.json").read_text())
     assert rack["not_passed"] == ["gpu-a03", "gpu-a05", "gpu-a07"]
     assert rack["multi_node"][0]["verdict"] == "fail"
+    assert rack["isolation"]["bad_nodes"] == ["gpu-a03"] and rack["isolation"]["rounds"] == 3
     assert (root / rack["multi_node"][0]["raw_output"]).read_text().startswith(" 0: # nThread")
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["manifest_sha256"] == digest

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.isolation import FaultModel, isolate, link
 from acceptance.judge import (
     GroupRun,
     NodeInput,
@@ -120,6 +121,18 @@ def test_multi_node_runs_from_captures(fixtures_dir: Path) -> None:
     assert ok.verdict == "pass" and ok.finding.measured == pytest.approx(487.26)
     lost = judge_group(GroupRun(("x", "y"), "pair", None, error="srun: timed out"), profile)
     assert lost.verdict == "error" and lost.finding.reason == "srun: timed out"
+
+
+def test_isolation_culprits_are_quarantined_with_the_reason(rack8: Build) -> None:
+    inputs = [inp for inp, _ in rack8(None)]
+    names = [i.node for i in inputs]
+    iso = isolate(names, FaultModel(frozenset({"gpu-a02"}), frozenset({link("gpu-a06", "gpu-a08")})), confirm=2)
+    assert iso.bad_nodes == {"gpu-a02"} and iso.bad_links == {("gpu-a06", "gpu-a08")}
+    j = judge_rack(inputs, culprits=iso.culprits())
+    a02 = j.by_node()["gpu-a02"]
+    assert a02.verdict == "fail"
+    assert a02.reasons() == ["multi_node.isolation: isolation: slow with proven-good node(s) gpu-a03, gpu-a04 (round 3)"]
+    assert j.by_node()["gpu-a06"].verdict == "pass"  # a bad link is not either node's fault
 
 
 def test_robust_statistics() -> None:

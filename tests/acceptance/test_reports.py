@@ -61,8 +61,11 @@ def test_junit_validates_and_has_one_case_per_node_and_check(report: ReportInput
     schema = xmlschema.XMLSchema(Path(__file__).parent / "data" / "JUnit.xsd")
     schema.validate(str(paths["junit"]))
     root = ET.parse(paths["junit"]).getroot()
-    suites = root.findall("testsuite")
+    *suites, multi = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [n.node for n in report.judgement.nodes]
+    assert multi.get("name") == "multi_node" and multi.get("failures") == "1"
+    run = multi.find("testcase")
+    assert run is not None and run.get("name") == "pair:gpu-a03+gpu-a04" and run.find("failure") is not None
     for suite, node in zip(suites, report.judgement.nodes, strict=True):
         cases = suite.findall("testcase")
         assert [c.get("name") for c in cases] == [f.check for f in node.findings]

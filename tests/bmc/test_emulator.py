@@ -18,7 +18,7 @@ from lifecycle.drivers.errors import Unreachable
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator, spawn
 
 MakeDriver = Callable[..., RedfishDriver]
-USER, PASSWORD = "racklife", "emulator-S3cret!"  # noqa: S105
+USER, PASSWORD = "racklife", "emulator-S3cret!"
 AUTH = (USER, PASSWORD)
 
 

@@ -78,12 +78,12 @@ def test_cycle_uses_power_cycle_only_where_allowed(emulator: RedfishEmulator,
         original = drv.transport.request
 
         def spy(method: str, path: str, body: object = None, headers: object = None,
-                _orig: Callable[..., object] = original) -> object:
+                _orig: Callable[..., object] = original, _sent: list[str] = sent) -> object:
             if method == "POST" and isinstance(body, dict):
-                sent.append(str(body.get("ResetType")))
+                _sent.append(str(body.get("ResetType")))
             return _orig(method, path, body, headers)
 
-        drv.transport.request = spy  # type: ignore[method-assign]
+        drv.transport.request = spy  # type: ignore[method-assign,assignment]
         drv.power(PowerAction.CYCLE)
         assert sent == [expected]
 

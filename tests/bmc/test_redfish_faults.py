@@ -116,7 +116,7 @@ def test_expired_session_logs_in_again_once(emulator: RedfishEmulator,
 def test_sessions_that_die_at_once_give_auth_failed_after_one_relogin(
         redfish_dir: Path, make_driver: MakeDriver) -> None:
     config = BmcConfig(name="idle", tree=redfish_dir / TREE, username="racklife",
-                       password="emulator-S3cret!", session_timeout_s=0.0)  # noqa: S106
+                       password="emulator-S3cret!", session_timeout_s=0.0)
     with RedfishEmulator([config]) as emu:
         drv = make_driver(emu.urls["idle"])
         with pytest.raises(AuthFailed, match="HTTP 401"):
@@ -142,7 +142,7 @@ def test_credentials_changed_under_us_fail_after_one_relogin(emulator: RedfishEm
 def test_wrong_password_is_auth_failed_and_never_echoed(emulator: RedfishEmulator,
                                                         clock: Any, auth: str,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    secret = "Wr0ng-but-secret-pw"  # noqa: S105
+    secret = "Wr0ng-but-secret-pw"
     caplog.set_level(logging.DEBUG)
     drv = RedfishDriver(emulator.urls[TREE], Credentials("racklife", secret),
                         auth=auth, clock=clock)  # type: ignore[arg-type]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from lifecycle.drivers.bmc import redfish_parse as parse
 from lifecycle.drivers.bmc.base import Cpu, Drive, Firmware, Gpu, NicInfo, SystemInfo
-from lifecycle.drivers.bmc.redfish_quirks import DELL, GENERIC, HPE, OPENBMC, quirks_for
 from lifecycle.drivers.bmc.redfish import RedfishDriver
+from lifecycle.drivers.bmc.redfish_quirks import DELL, GENERIC, HPE, OPENBMC, quirks_for
 from lifecycle.lab.redfish_emulator import RedfishEmulator
 
 MakeDriver = Callable[..., RedfishDriver]

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube import Client
+from lightkube.config.kubeconfig import KubeConfig
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.drivers.kube.base import KubeDriver
@@ -90,10 +92,17 @@ def clock() -> VirtualClock:
     return VirtualClock()
 
 
-@pytest.fixture
-def stand_in() -> Iterator[KubeStandIn]:
+@pytest.fixture(scope="session")
+def _served() -> Iterator[KubeStandIn]:
     with KubeStandIn() as api:
         yield api
+
+
+@pytest.fixture
+def stand_in(_served: KubeStandIn) -> KubeStandIn:
+    """The stand-in, emptied for this test (one server for the session: a client costs more than a reset)."""
+    _served.reset()
+    return _served
 
 
 @pytest.fixture
@@ -101,11 +110,16 @@ def kubeconfig(stand_in: KubeStandIn, tmp_path: Path) -> Path:
     return stand_in.write_kubeconfig(tmp_path / "kubeconfig")
 
 
+@pytest.fixture(scope="session")
+def _client(_served: KubeStandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    config = _served.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+    with Client(KubeConfig.from_file(config), trust_env=False) as client:
+        yield client
+
+
 @pytest.fixture
-def api_driver(kubeconfig: Path, clock: VirtualClock) -> Iterator[KubeApiDriver]:
-    driver = KubeApiDriver.from_kubeconfig(kubeconfig, clock=clock, sleep=clock.sleep)
-    yield driver
-    driver.close()
+def api_driver(stand_in: KubeStandIn, _client: Client, clock: VirtualClock) -> KubeApiDriver:
+    return KubeApiDriver(_client, target=stand_in.url, clock=clock, sleep=clock.sleep)
 
 
 @pytest.fixture(params=["api", "fake"])

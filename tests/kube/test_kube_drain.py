@@ -83,8 +83,9 @@ def test_two_budgets_on_one_pod_is_an_error_not_a_retry(cluster: Any) -> None:
     _scene(driver, scene)
     scene.pdb("web-1", {"app": "web"}, max_unavailable=1)
     scene.pdb("web-2", {"app": "web"}, max_unavailable="50%")
-    with pytest.raises(OperationFailed, match="more than one PodDisruptionBudget"):
+    with pytest.raises(OperationFailed, match="more than one PodDisruptionBudget") as e:
         driver.drain("gpu-01", deadline_s=10)
+    assert not e.value.retryable
 
 
 def test_fake_pods_take_time_to_terminate(clock: Any) -> None:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from lifecycle.drivers.kube.api import KubeApiDriver
-from lifecycle.lab.kube import KubeAdmin, KubeProcess, KubeStandIn
+from lifecycle.lab.kube import AdminError, KubeAdmin, KubeProcess, KubeStandIn
 
 
 def call(api: KubeStandIn, method: str, path: str, body: Any = None, content_type: str = "application/json",
@@ -146,8 +146,9 @@ def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
         assert proc.request("GET", "/api/v1/nodes/gpu-07")["status"]["conditions"][0]["status"] == "False"
         other.leave("gpu-07")
         proc.leave("gpu-07")  # idempotent
-        with pytest.raises(RuntimeError, match="404"):
+        with pytest.raises(AdminError) as gone:
             proc.request("GET", "/api/v1/nodes/gpu-07")
+        assert gone.value.status == 404
         pid = proc.proc.pid if proc.proc else 0
     finally:
         proc.stop()
@@ -157,7 +158,6 @@ def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
 def test_a_long_running_lab_keeps_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     from lifecycle.lab.kube import server
 
-    monkeypatch.setattr(server, "KEEP_REQUESTS", 3)
     monkeypatch.setattr(server, "KEEP_VERSIONS", 2)
     with KubeStandIn() as api:
         api.join("gpu-01")
@@ -167,7 +167,7 @@ def test_a_long_running_lab_keeps_bounded_memory(monkeypatch: pytest.MonkeyPatch
             api.create_pod(f"p{i}", "gpu-01")
             api.delete_pod(f"p{i}")
         assert api.api is not None
-        assert len(api.api._requests) <= 6
+        assert api.api._requests == []  # none in flight
         assert all(len(obj.history) <= 4 for _, obj in api.api.objects.items())
         assert len(list(api.api.objects.items())) == 1  # deleted pods do not linger
         status, node, _ = call(api, "GET", "/api/v1/nodes/gpu-01")
@@ -183,3 +183,13 @@ def test_discovery_lists_what_is_served(stand_in: KubeStandIn) -> None:
     status, policy, _ = call(stand_in, "GET", "/apis/policy/v1")
     assert status == 200
     assert [r["kind"] for r in policy["resources"] if r["name"] == "poddisruptionbudgets"] == ["PodDisruptionBudget"]
+
+
+def test_reset_empties_the_cluster_and_expires_old_watches(stand_in: KubeStandIn) -> None:
+    stand_in.join("gpu-01")
+    stand_in.create_pod("a", "gpu-01")
+    stand_in.reset()
+    assert names(stand_in, "/api/v1/nodes") == set()
+    assert names(stand_in, "/api/v1/pods") == set()
+    status, body, _ = call(stand_in, "GET", "/api/v1/nodes?watch=true&resourceVersion=1&timeoutSeconds=1")
+    assert status == 200 and body["type"] == "ERROR" and body["object"]["code"] == 410

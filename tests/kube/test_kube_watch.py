@@ -106,3 +106,18 @@ def test_a_version_older_than_the_journal_is_gone(monkeypatch: pytest.MonkeyPatc
         assert event["object"]["reason"] == "Expired"
         recent = _raw_watch(api, "resourceVersion=5&timeoutSeconds=1")
         assert (recent["type"], recent["object"]["metadata"]["name"]) == ("ADDED", "gpu-05")
+
+
+def test_stopping_ends_open_watches() -> None:
+    api = KubeStandIn().start()
+    api.join("gpu-01")
+    host, port = api.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/api/v1/nodes?watch=true", headers={"Authorization": f"Bearer {api.token}"})
+        resp = conn.getresponse()
+        assert json.loads(resp.readline())["type"] == "ADDED"
+        api.stop()  # raises if an open stream holds the server up
+        assert resp.read() == b""  # the stream was ended, not cut mid-event
+    finally:
+        conn.close()

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lifecycle.cli import app
+from lifecycle.drivers.errors import OperationFailed
 from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
 from lifecycle.drivers.slurm.leave import leave
 from lifecycle.drivers.slurm.runner import CommandRunner, RestClient
@@ -56,7 +57,7 @@ def test_cluster_up_with_partitions_gres_and_features(driver: SlurmDriver) -> No
     node = nodes["gpu-009"]
     assert node.gres == "gpu:h100:8"
     assert node.cpus == 224
-    assert "leaf-leaf-b" in node.features and "nvl-nvl-2" in node.features
+    assert "leaf-b" in node.features and "nvl-2" in node.features
     assert nodes["gpu-013"].state.powered_down  # lendable nodes start lent
 
 
@@ -107,6 +108,8 @@ def test_admin_drain_is_never_resumed(lab: LabSlurm, driver: SlurmDriver) -> Non
         owners = driver.drain(["gpu-005", "gpu-006"], "run-1", "upgrade")
         assert owners["gpu-005"].kind == "other"
         assert owners["gpu-006"].run_id == "run-1"
+        assert driver.node("gpu-005").reason == "admin: bad DIMM"
+        assert driver.down(["gpu-005"], "run-1", "gone")["gpu-005"].kind == "other"
         assert driver.node("gpu-005").reason == "admin: bad DIMM"
         with pytest.raises(NotOurs):
             driver.resume_if_ours(["gpu-005"])
@@ -212,3 +215,50 @@ def test_lab_stops_and_starts_one_node(lab: LabSlurm, driver: SlurmDriver) -> No
     assert int(pid_file.read_text()) != pid
     state = driver.node("gpu-011").state
     assert state.base == "idle" and state.responding
+
+
+def test_partition_membership_and_reservations(lab: LabSlurm, driver: SlurmDriver) -> None:
+    assert driver.add_to_partition("flex", ["gpu-012"]) is True
+    assert driver.add_to_partition("flex", ["gpu-012"]) is False  # already there
+    assert "gpu-012" in driver.partitions()["flex"]
+    assert "flex" in driver.node("gpu-012").partitions
+    assert driver.remove_from_partition("flex", ["gpu-012"]) is True
+    assert driver.partitions()["flex"] == ("gpu-013", "gpu-014")
+    with pytest.raises(OperationFailed):
+        driver.add_to_partition("nope", ["gpu-012"])
+
+    driver.create_reservation("maint-rl", ["gpu-007"], 10)
+    driver.create_reservation("maint-rl", ["gpu-007"], 10)  # idempotent
+    [resv] = [r for r in driver.reservations() if r.name == "maint-rl"]
+    assert resv.nodes == ("gpu-007",)
+    assert "MAINT" in resv.flags
+    fenced = subprocess.run(
+        ["srun", "--immediate=3", "-p", "train", "-w", "gpu-007", "true"],
+        env=lab.env(), capture_output=True, text=True, timeout=30, check=False, cwd="/tmp",
+    )
+    assert fenced.returncode != 0
+    inside = subprocess.run(
+        ["srun", "--immediate=10", "--reservation=maint-rl", "-p", "train", "-w", "gpu-007", "true"],
+        env=lab.env(), capture_output=True, text=True, timeout=30, check=False, cwd="/tmp",
+    )
+    assert inside.returncode == 0, inside.stderr
+    driver.delete_reservation("maint-rl")
+    assert all(r.name != "maint-rl" for r in driver.reservations())
+
+
+def test_rest_and_cli_agree_on_jobs_on_a_node(lab: LabSlurm, driver: SlurmDriver,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    assert lab.rest_url
+    job = sbatch(lab, "-p", "train", "-N1", "-w", "gpu-008", "--wrap", "sleep 60")
+    wait_for(lambda: driver.job(job).state == "RUNNING", 30, f"job {job} to run")
+    rest = SlurmDriver(driver.run, RestClient(lab.rest_url, lab.token()))
+    by_cli = [(j.job_id, j.state, j.nodes) for j in driver.jobs_on(["gpu-008"])]
+    by_rest = [(j.job_id, j.state, j.nodes) for j in rest.jobs_on(["gpu-008"])]
+    assert by_cli == by_rest == [(job, "RUNNING", ("gpu-008",))]
+    monkeypatch.setenv("SLURM_CONF", str(lab.conf))
+    monkeypatch.setenv("RACKLIFE_SLURM_JWT", lab.token())
+    result = CliRunner().invoke(app, ["slurm", "status", "--json", "--rest-url", lab.rest_url])
+    assert result.exit_code == 0, result.output
+    row = next(r for r in json.loads(result.output)["nodes"] if r["node"] == "gpu-008")
+    assert row["jobs"] == [job]
+    assert lab.token() not in result.output

@@ -35,7 +35,7 @@ def test_slurm_conf_nodes_and_partitions(site16: Inventory) -> None:
     assert "CPUs=224" in first
     assert "Gres=gpu:h100:8" in first
     assert f"RealMemory={int(2048 * 1024 * 0.95)}" in first
-    assert "Feature=h100-sxm-8,h100,rack-r01,leaf-leaf-a,spine-spine-1,nvl-nvl-1" in first
+    assert "Feature=h100-sxm-8,h100,rack-r01,leaf-a,spine-1,nvl-1" in first
     assert "PartitionName=train Nodes=gpu-[001-012] Default=YES MaxTime=INFINITE State=UP" in conf
     assert "PartitionName=flex Nodes=gpu-[013-014] MaxTime=INFINITE State=UP" in conf
     assert "TopologyPlugin=topology/tree" in conf
@@ -89,6 +89,15 @@ def test_tree_joins_unlabelled_racks_under_core(site16: Inventory) -> None:
         "SwitchName=rack-r02 Nodes=gpu-[009-014]",
         "SwitchName=core Switches=rack-r[01-02]",
     ]
+
+
+def test_features_do_not_repeat_a_prefix(site16: Inventory) -> None:
+    from lifecycle.drivers.slurm.render import features
+
+    node = site16.node("gpu-001")
+    bare = node.model_copy(update={"topology": node.topology.model_copy(update={"leaf": "ib1"})})
+    assert features(node) == ["h100-sxm-8", "h100", "rack-r01", "leaf-a", "spine-1", "nvl-1"]
+    assert "leaf-ib1" in features(bare)
 
 
 def test_hostlist_round_trip() -> None:

@@ -21,7 +21,7 @@ import pytest
 from lifecycle.drivers.slurm.render import render
 from lifecycle.model.inventory import Inventory
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 PLAYBOOK = """
 - hosts: localhost

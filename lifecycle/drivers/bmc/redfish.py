@@ -96,7 +96,7 @@ class RedfishDriver(BmcDriver):
 
     @property
     def reader(self) -> inv.Reader:
-        return inv.Reader(self.transport)
+        return inv.Reader(self.transport, self._quirks)
 
     def system_path(self) -> str:
         if self._system_path is None:
@@ -197,7 +197,8 @@ class RedfishDriver(BmcDriver):
 
     def inventory(self) -> HardwareInventory:
         system = self.system()
-        return inv.inventory(self.reader, system, self.quirks(system))
+        quirks = self.quirks(system)
+        return inv.inventory(self.reader, system, quirks)
 
     def sensors(self) -> list[SensorReading]:
         return inv.sensors(self.reader, self.system())
@@ -356,11 +357,17 @@ class RedfishDriver(BmcDriver):
         body, status, headers = reply.body, reply.status, reply.headers
         while True:
             step = parse.task_progress(body, fallback_id=str(poll).rstrip("/").rsplit("/", 1)[-1])
+            if status in (200, 201, 204) and monitor and "TaskState" not in body:
+                # The monitor answered with the operation's own result: the task is over.
+                if task_path:
+                    step = parse.task_progress(self.transport.get(str(task_path)),
+                                               fallback_id=step.task_id)
+                else:
+                    step = TaskProgress(step.task_id, "Completed", 100, step.messages)
             if progress is not None:
                 progress(step)
-            if step.state in TASK_DONE or (status in (200, 201, 204) and monitor
-                                           and "TaskState" not in body):
-                if TASK_DONE.get(step.state, True):
+            if step.state in TASK_DONE:
+                if TASK_DONE[step.state]:
                     return step
                 raise OperationFailed(self.target, f"task {step.task_id} ended {step.state}: "
                                       + "; ".join(step.messages))

@@ -24,20 +24,31 @@ Json = dict[str, Any]
 class Reader:
     """Follows links on one transport; ``optional`` turns a 404 into None."""
 
-    def __init__(self, transport: RedfishTransport) -> None:
+    def __init__(self, transport: RedfishTransport, quirks: VendorQuirks | None = None) -> None:
         self.t = transport
+        self.quirks = quirks
 
     def optional(self, path: str | None) -> Json | None:
         if not path:
             return None
-        try:
-            return self.t.get(path)
-        except NotSupported:
+        absent = {404}
+        last = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if self.quirks and last in self.quirks.absent_when_500:
+            absent.add(500)
+        found = self.t.fetch(path, frozenset(absent))
+        if found is None:
             LOG.debug("%s: %s is linked but not served", self.t.target, path)
-            return None
+        return found
+
+    def supports_expand(self) -> bool:
+        """``$expand=.`` (one level, no Links) per the service root's ProtocolFeaturesSupported."""
+        features = (self.t.root.get("ProtocolFeaturesSupported") or {}).get("ExpandQuery") or {}
+        return bool(features.get("ExpandAll") or features.get("NoLinks"))
 
     def expand(self, collection_path: str | None) -> list[Json]:
-        """Members of a collection, read one by one (inline members are used as they are)."""
+        """Members of a collection: inline with ``$expand`` where offered, else one GET each."""
+        if collection_path and self.supports_expand():
+            collection_path = collection_path + "?$expand=.($levels=1)"
         coll = self.optional(collection_path)
         if coll is None:
             return []

@@ -27,6 +27,9 @@ class VendorQuirks:
     # Paths (relative to the ComputerSystem) of VirtualMedia collections the BMC serves
     # without linking them from the system.
     unlinked_virtual_media: tuple[str, ...] = ()
+    # Collections (last path segment) the service links but answers with 500 when it has
+    # nothing behind them; read as absent instead of failing the whole inventory.
+    absent_when_500: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()
 
 
@@ -61,11 +64,19 @@ OPENBMC = VendorQuirks(
     evidence=("openbmc-stock/redfish/v1/Systems/system/LogServices/EventLog/index.json",),
 )
 
+SUSHY_TOOLS = VendorQuirks(
+    "sushy-tools",
+    # OpenStack's emulator with its fake driver links Storage but cannot read it (HTTP 500
+    # Base.1.0.GeneralError). No capture: shown live by tests/bmc/test_redfish_sushy.py.
+    absent_when_500=("Storage",),
+)
+
 # How a service says who made it: ServiceRoot.Vendor, its Oem key, or the system's Manufacturer.
 _BY_NAME: dict[str, VendorQuirks] = {
     "dell": DELL, "dell inc.": DELL,
     "hpe": HPE, "hp": HPE,
     "openbmc": OPENBMC,
+    "sushy emulator": SUSHY_TOOLS,
 }
 
 

@@ -144,6 +144,19 @@ class RedfishTransport:
     def request(self, method: str, path: str, body: Json | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
         """Send with authentication; re-login once on 401; raise DriverError on failure."""
+        reply = self._authed(method, path, body, headers)
+        self._checked(method, path, reply)
+        return reply
+
+    def fetch(self, path: str, absent: frozenset[int] = frozenset({404})) -> Json | None:
+        """GET that returns None when the BMC answers one of the ``absent`` statuses."""
+        reply = self._authed("GET", path)
+        if reply.status in absent:
+            return None
+        return self._checked("GET", path, reply)
+
+    def _authed(self, method: str, path: str, body: Json | None = None,
+                headers: dict[str, str] | None = None) -> Reply:
         if not self._logged_in:
             self.login()
         reply = self._send(method, path, body, headers)
@@ -153,11 +166,14 @@ class RedfishTransport:
             self._logged_in = False
             self.login()
             reply = self._send(method, path, body, headers)
-        self._checked(method, path, reply)
         return reply
 
     def login(self) -> None:
         root = self.root
+        if self._auth == "session" and "Sessions" not in root.get("Links", {}) \
+                and "SessionService" not in root:
+            LOG.info("%s: no SessionService; using HTTP Basic", self.target)
+            self._auth = "basic"
         if self._auth == "basic":
             pair = f"{self._credentials.username}:{self._credentials.password}"
             self._client.set_authorization_key(

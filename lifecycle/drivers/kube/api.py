@@ -47,6 +47,8 @@ _STATUS_ERRORS: dict[int, type[DriverError]] = {
     501: NotSupported, 502: Unreachable, 503: Unreachable, 504: Unreachable,
 }
 _RETRYABLE_STATUS = frozenset({429, 500})
+# 500s that no retry can fix, in the API server's own words.
+_PERMANENT_500 = ("more than one PodDisruptionBudget",)
 
 
 def translate(target: str, exc: Exception) -> DriverError:
@@ -57,7 +59,8 @@ def translate(target: str, exc: Exception) -> DriverError:
         cls = _STATUS_ERRORS.get(code, Unreachable if code >= 500 else OperationFailed)
         text = f"HTTP {code}: {message}"
         if cls is OperationFailed:
-            return OperationFailed(target, text, retryable=code in _RETRYABLE_STATUS)
+            permanent = code == 500 and any(words in text for words in _PERMANENT_500)
+            return OperationFailed(target, text, retryable=code in _RETRYABLE_STATUS and not permanent)
         return cls(target, text)
     if isinstance(exc, httpx2.TransportError):
         return Unreachable(target, f"no answer from the Kubernetes API ({type(exc).__name__})")

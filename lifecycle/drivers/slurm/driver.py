@@ -150,6 +150,16 @@ class SlurmDriver:
 
         Returns the owner of each node's drain afterwards.
         """
+        return self._hold(nodes, run_id, reason, "drain")
+
+    def down(self, nodes: Iterable[str], run_id: str, reason: str) -> dict[str, DrainOwner]:
+        """Mark nodes down (Slurm kills their jobs): for nodes that are already gone.
+
+        Like ``drain``, a node held by someone else keeps their reason.
+        """
+        return self._hold(nodes, run_id, reason, "down")
+
+    def _hold(self, nodes: Iterable[str], run_id: str, reason: str, state: str) -> dict[str, DrainOwner]:
         names = _names(nodes)
         text = reason_for(run_id, reason)
         current = {n.name: n for n in self.nodes(names)}
@@ -159,14 +169,10 @@ class SlurmDriver:
         }
         ours = [n for n in names if n not in foreign]
         if ours:
-            self._update_nodes(ours, "state=drain", f"reason={text}")
+            self._update_nodes(ours, f"state={state}", f"reason={text}")
         owners = {n: current[n].owner for n in foreign}
         owners.update({n: DrainOwner.of(text) for n in ours})
         return {n: owners[n] for n in names}
-
-    def down(self, nodes: Iterable[str], run_id: str, reason: str) -> None:
-        """Mark nodes down (jobs on them are killed by Slurm): for nodes that are already gone."""
-        self._update_nodes(_names(nodes), "state=down", f"reason={reason_for(run_id, reason)}")
 
     def resume_if_ours(self, nodes: Iterable[str], run_id: str | None = None) -> list[ResumeResult]:
         """Resume nodes whose drain/down reason racklife set (of ``run_id``, when given).
@@ -202,9 +208,8 @@ class SlurmDriver:
 
     # ------------------------------------------------------------- partitions
 
-    def set_partition_nodes(self, partition: str, nodes: Iterable[str]) -> None:
-        names = list(dict.fromkeys(nodes))
-        _names(names or ["x"])
+    def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None:
+        names = _names(nodes) if nodes else []
         if not _NAME.match(partition):
             raise ValueError(f"{partition!r} is not a partition name")
         self.run([

@@ -36,7 +36,6 @@ class RenderOptions:
     controller: str = "slurmctld"
     controller_addr: str | None = None
     slurmctld_port: int | None = None
-    conf_dir: str = "/etc/slurm"
     state_dir: str = "/var/spool/slurmctld"
     spool_dir: str = "/var/spool/slurmd"
     log_dir: str = "/var/log/slurm"
@@ -86,16 +85,21 @@ def lendable_nodes(inv: Inventory) -> list[Node]:
     return [n for n in slurm_nodes(inv) if inv.pool(n.pool).lendable]
 
 
+def _tag(prefix: str, label: str) -> str:
+    """``leaf`` + ``a`` → ``leaf-a``; a label that already says what it is stays as it is."""
+    return label if label.startswith(f"{prefix}-") else f"{prefix}-{label}"
+
+
 def features(node: Node) -> list[str]:
     """Node features: what the node is (SKU, GPU) and where it sits (rack, leaf, spine, NVLink)."""
     sku = SKUS[node.sku]
-    found = [node.sku, sku.gres_type, f"rack-{node.rack}"]
+    found = [node.sku, sku.gres_type, _tag("rack", node.rack)]
     if node.topology.leaf:
-        found.append(f"leaf-{node.topology.leaf}")
+        found.append(_tag("leaf", node.topology.leaf))
     if node.topology.spine:
-        found.append(f"spine-{node.topology.spine}")
+        found.append(_tag("spine", node.topology.spine))
     if node.topology.nvlink_block:
-        found.append(f"nvl-{node.topology.nvlink_block}")
+        found.append(_tag("nvl", node.topology.nvlink_block))
     return list(dict.fromkeys(found))
 
 
@@ -246,7 +250,7 @@ def render_topology_tree(inv: Inventory) -> str:
     leaf_nodes: dict[str, list[str]] = {}
     leaf_spine: dict[str, str] = {}
     for node in slurm_nodes(inv):
-        leaf = node.topology.leaf or f"rack-{node.rack}"
+        leaf = node.topology.leaf or _tag("rack", node.rack)
         leaf_nodes.setdefault(leaf, []).append(node.name)
         if node.topology.spine:
             leaf_spine.setdefault(leaf, node.topology.spine)
@@ -272,7 +276,7 @@ def render_topology_block(inv: Inventory) -> str:
     """
     blocks: dict[str, list[str]] = {}
     for node in slurm_nodes(inv):
-        block = node.topology.nvlink_block or f"rack-{node.rack}"
+        block = node.topology.nvlink_block or _tag("rack", node.rack)
         blocks.setdefault(block, []).append(node.name)
     lines = [HEADER.rstrip("\n")]
     for block in sorted(blocks):

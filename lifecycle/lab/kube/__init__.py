@@ -7,7 +7,7 @@ and performs the lab's own changes: nodes joining and leaving, test pods and
 budgets. What is emulated and what is not: ``docs/kubernetes.md``.
 """
 
-from lifecycle.lab.kube.run import KubeAdmin, KubeProcess, KubeStandIn, main, node_object
+from lifecycle.lab.kube.run import AdminError, KubeAdmin, KubeProcess, KubeStandIn, main, node_object
 from lifecycle.lab.kube.server import GPU_RESOURCE, ApiServer
 
-__all__ = ["GPU_RESOURCE", "ApiServer", "KubeAdmin", "KubeProcess", "KubeStandIn", "main", "node_object"]
+__all__ = ["GPU_RESOURCE", "AdminError", "ApiServer", "KubeAdmin", "KubeProcess", "KubeStandIn", "main", "node_object"]

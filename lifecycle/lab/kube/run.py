@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import kmock
 import yaml
@@ -57,6 +58,18 @@ def node_object(name: str, *, labels: Mapping[str, str] | None = None, taints: l
 # ---------------------------------------------------------------- running it
 
 
+class AdminError(RuntimeError):
+    """The stand-in refused a lab-side request; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
 @dataclass
 class KubeAdmin:
     """Lab-side writes over the stand-in's own HTTP API (the same path every client takes)."""
@@ -81,7 +94,8 @@ class KubeAdmin:
         finally:
             conn.close()
         if resp.status >= 400:
-            raise RuntimeError(f"{method} {path}: {resp.status} {data.get('message') if data else ''}")
+            message = data.get("message") if isinstance(data, dict) else ""
+            raise AdminError(resp.status, f"{method} {path}: {message}")
         return data
 
     def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
@@ -104,22 +118,24 @@ class KubeAdmin:
              gpus: int = 8, ready: bool = True) -> Obj:
         """A node "boots" into Kubernetes: its Node object appears (idempotent: an existing one is kept)."""
         try:
-            return dict(self.request("GET", f"/api/v1/nodes/{name}"))
-        except RuntimeError:
-            obj = node_object(name, labels=labels, taints=taints, gpus=gpus, ready=ready)
-            return dict(self.request("POST", "/api/v1/nodes", obj))
+            return dict(self.request("GET", f"/api/v1/nodes/{_q(name)}"))
+        except AdminError as e:
+            if e.status != 404:
+                raise
+        obj = node_object(name, labels=labels, taints=taints, gpus=gpus, ready=ready)
+        return dict(self.request("POST", "/api/v1/nodes", obj))
 
     def leave(self, name: str) -> None:
         """The node's Node object goes away (powered off, or moved to the Slurm pool)."""
         try:
-            self.request("DELETE", f"/api/v1/nodes/{name}")
-        except RuntimeError as e:
-            if " 404 " not in str(e):
+            self.request("DELETE", f"/api/v1/nodes/{_q(name)}")
+        except AdminError as e:
+            if e.status != 404:
                 raise
 
     def set_ready(self, name: str, ready: bool) -> None:
         cond = {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now()}
-        self.request("PATCH", f"/api/v1/nodes/{name}/status", [{"op": "replace", "path": "/status/conditions",
+        self.request("PATCH", f"/api/v1/nodes/{_q(name)}/status", [{"op": "replace", "path": "/status/conditions",
                                                                 "value": [cond]}], "application/json-patch+json")
 
     def create_pod(self, name: str, node: str, *, namespace: str = "default", labels: Mapping[str, str] | None = None,
@@ -133,10 +149,10 @@ class KubeAdmin:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/app:1"}]},
                "status": {"phase": phase}}
-        return dict(self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod))
+        return dict(self.request("POST", f"/api/v1/namespaces/{_q(namespace)}/pods", pod))
 
     def delete_pod(self, name: str, namespace: str = "default") -> None:
-        self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        self.request("DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
 
     def create_pdb(self, name: str, match_labels: Mapping[str, str], *, namespace: str = "default",
                    min_available: int | str | None = None, max_unavailable: int | str | None = None) -> Obj:
@@ -147,7 +163,7 @@ class KubeAdmin:
             spec["maxUnavailable"] = max_unavailable
         pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-        return dict(self.request("POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", pdb))
+        return dict(self.request("POST", f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets", pdb))
 
 
 @dataclass
@@ -175,6 +191,7 @@ class KubeStandIn(KubeAdmin):
                     self.url = f"http://127.0.0.1:{server.port}"
                     ready.set()
                     await self._stopped.wait()
+                    await self.api.close_watches()
             except BaseException as e:
                 failure.append(e)
                 raise
@@ -187,11 +204,19 @@ class KubeStandIn(KubeAdmin):
             raise RuntimeError(f"the Kubernetes stand-in did not start: {failure[0] if failure else 'timeout'}")
         return self
 
+    def reset(self) -> None:
+        """Empty the cluster without restarting the server (kubeconfigs and clients stay valid)."""
+        if self.api is None or self._loop is None:
+            raise RuntimeError("the Kubernetes stand-in is not running")
+        asyncio.run_coroutine_threadsafe(self.api.reset(), self._loop).result(10)
+
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
             self._thread.join(10)
-            self._thread = None
+            stuck, self._thread = self._thread.is_alive(), None
+            if stuck:
+                raise RuntimeError("the Kubernetes stand-in did not stop within 10 s")
 
     def __enter__(self) -> KubeStandIn:
         return self.start()

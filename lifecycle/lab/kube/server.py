@@ -32,16 +32,17 @@ from lifecycle.drivers.kube import selectors as sel
 
 GPU_RESOURCE = "nvidia.com/gpu"
 JOURNAL_SIZE = 2000
-KEEP_REQUESTS = 500
 KEEP_VERSIONS = 8
 NODES = kmock.resource("", "v1", "nodes")
 PODS = kmock.resource("", "v1", "pods")
 PDBS = kmock.resource("policy", "v1", "poddisruptionbudgets")
 NAMESPACES = kmock.resource("", "v1", "namespaces")
+SERVED = frozenset({NODES, PODS, PDBS, NAMESPACES})
 PATCH_TYPES = frozenset({
     "application/merge-patch+json", "application/strategic-merge-patch+json", "application/json-patch+json",
 })
 Obj = dict[str, Any]
+_CLOSE = "racklife:close"  # tells open watch streams that the server is stopping
 
 
 # Exported by kmock at runtime but missing from its ``__all__``, which mypy --strict honours.
@@ -73,6 +74,8 @@ class _JournalBus(_Bus):  # type: ignore[misc]
 
     async def put(self, *items: Obj) -> None:
         for item in items:
+            if item["type"] == _CLOSE:
+                continue
             if len(self.journal) == self.journal.maxlen:
                 self.floor = _rv(self.journal[0]["object"])
             self.journal.append(item)
@@ -112,6 +115,21 @@ class ApiServer(kmock.KubernetesEmulator):
         self[kmock.action.WATCH, _names_objects] << self._watch
         self[kmock.action.FETCH, _names_objects] << self._fetch
 
+    async def close_watches(self) -> None:
+        """End every open watch stream, so that stopping the server does not wait on them."""
+        for bus in list(self._buses.values()):
+            await bus.put({"type": _CLOSE, "object": {}})
+
+    async def reset(self) -> None:
+        """Forget every object (a fresh cluster for the next test); watches from before get 410 Gone."""
+        await self.close_watches()
+        async with self._lock:
+            for key in list(self._objects.keys()):
+                del self._objects[key]
+            for bus in self._buses.values():
+                bus.journal.clear()
+                bus.floor = self._last_rv
+
     # ------------------------------------------------------------ plumbing
 
     async def _handle(self, request: kmock.Request) -> Any:
@@ -128,16 +146,16 @@ class ApiServer(kmock.KubernetesEmulator):
         except _Refused as e:
             response = await e.response(request)
         finally:
-            # kmock records every request for test assertions; a lab runs for hours, so keep the recent ones.
-            if len(self._requests) > 2 * KEEP_REQUESTS:
-                del self._requests[:-KEEP_REQUESTS]
+            # kmock records every request for assertions and matches reactions by scanning that record, so
+            # a long-running lab would slow down and grow: keep only the requests still being served.
+            self._requests[:] = [r for r in self._requests if r is not request]
         return _plain_json(response)
 
     async def _render_error(self, exc: Exception) -> Any:
         return _plain_json(await super()._render_error(exc))
 
     def _known(self, request: kmock.Request) -> kmock.resource:
-        if request.resource is None or request.resource not in set(self._get_resources()):
+        if request.resource not in SERVED:
             raise _Refused(404, "NotFound", f"the server could not find the requested resource ({request.resource})")
         return request.resource
 
@@ -361,6 +379,8 @@ class ApiServer(kmock.KubernetesEmulator):
             try:
                 event = await asyncio.wait_for(anext(live), left)
             except TimeoutError:
+                return
+            if event["type"] == _CLOSE:
                 return
             if _rv(event["object"]) > last and (out := shown(event)) is not None:
                 yield out

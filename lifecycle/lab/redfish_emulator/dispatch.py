@@ -9,6 +9,7 @@ Tasks whose TaskMonitor answers 202 until the work is done.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +130,36 @@ def get(state: BmcState, path: str) -> Reply:
     if entry is not None:
         return Reply(200, entry)
     return state.serve(path)
+
+
+def supports_expand(state: BmcState) -> bool:
+    """Whether the captured service root advertises ``$expand=.`` (ExpandAll or NoLinks)."""
+    features = state.tree.service_root.get("ProtocolFeaturesSupported", {}).get("ExpandQuery",
+                                                                                {})
+    return bool(features.get("ExpandAll") or features.get("NoLinks"))
+
+
+def get_expanded(state: BmcState, path: str, query: str) -> Reply:
+    """GET with ``$expand=.($levels=1)``: a collection's members inline, where the tree allows."""
+    reply = get(state, path)
+    if "$expand" not in query or reply.status != 200 or not supports_expand(state):
+        return reply
+    body = reply.body if isinstance(reply.body, dict) else json.loads(reply.body or b"{}")
+    if not isinstance(body.get("Members"), list):
+        return reply
+    expanded = []
+    for member in body["Members"]:
+        target = member.get("@odata.id") if isinstance(member, dict) else None
+        if not target or set(member) != {"@odata.id"}:
+            expanded.append(member)
+            continue
+        inner = get(state, target)
+        if inner.status != 200:
+            expanded.append(member)
+            continue
+        expanded.append(inner.body if isinstance(inner.body, dict)
+                        else json.loads(inner.body or b"{}"))
+    return Reply(200, {**body, "Members": expanded}, reply.headers)
 
 
 def patch(state: BmcState, path: str, body: Resource, if_match: str | None) -> Reply:

@@ -87,7 +87,7 @@ class RedfishEmulator:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._hanging: set[asyncio.Task[Any]] = set()
-        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+        self._transports: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -259,12 +259,14 @@ class RedfishEmulator:
                 if not isinstance(parsed, dict):
                     return self._response(error(400, "Base.1.8.MalformedJSON", "Not an object."))
                 body = parsed
-        return self._response(self._dispatch(state, method, path, body, headers))
+        return self._response(self._dispatch(state, method, path, body, headers,
+                                             request.query_string))
 
     def _dispatch(self, state: BmcState, method: str, path: str, body: dict[str, Any],
-                  headers: dict[str, str]) -> Reply:
+                  headers: dict[str, str], query: str = "") -> Reply:
         if method in {"GET", "HEAD"}:
-            return dispatch.get(state, path)
+            return dispatch.get_expanded(state, path, query) if query else dispatch.get(state,
+                                                                                        path)
         if method == "PATCH":
             return dispatch.patch(state, path, body, headers.get("if-match"))
         if method == "POST":
