@@ -199,8 +199,8 @@ class Rack:
         self.redfish: RedfishEmulator | None = None
         self.ipmi: IpmiEmulator | None = None
         self.inventory: Inventory | None = None
-        self._power = ThreadPoolExecutor(max_workers=8, thread_name_prefix="power")
-        self._node_locks: dict[str, threading.Lock] = {}
+        self._power: dict[str, ThreadPoolExecutor] = {}
+        """One worker per node: its power events apply in the order the BMC sent them."""
         self._stop = threading.Event()
         self._hooks_live = False  # BMC events before the first power-on are the lab's own setup
         self.started = time.time()
@@ -213,19 +213,23 @@ class Rack:
         node = self.nodes.get(name)
         if node is None or not self._hooks_live:
             return
-        with self._node_locks[name]:
-            if state == "on" and node.power_state == "On":
-                node.power_off()  # a reset: the node goes down and boots again
-            if state == "on":
-                node.power_on()
-            else:
-                node.power_off()
+        if state == "on" and node.power_state == "On":
+            node.power_off()  # a reset: the node goes down and boots again
+        if state == "on":
+            node.power_on()
+        else:
+            node.power_off()
+
+    def _submit(self, name: str, state: str) -> None:
+        if name not in self._power:
+            self._power[name] = ThreadPoolExecutor(1, thread_name_prefix=f"power-{name}")
+        self._power[name].submit(self._apply, name, state)
 
     def _redfish_power(self, bmc: str, _system: str, state: str) -> None:
-        self._power.submit(self._apply, self.by_bmc[bmc], "on" if state == "On" else "off")
+        self._submit(self.by_bmc[bmc], "on" if state == "On" else "off")
 
     def _ipmi_power(self, bmc: str, state: str) -> None:
-        self._power.submit(self._apply, self.by_bmc[bmc], state)
+        self._submit(self.by_bmc[bmc], state)
 
     def _slurmd_start(self, name: str) -> None:
         if self.slurm is not None and name in self.slurm.ports:
@@ -276,7 +280,6 @@ class Rack:
         (self.dir / "inventory.yaml").write_text(dump_inventory(self.inventory), encoding="utf-8")
         self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[])).start()
         for name in names:
-            self._node_locks[name] = threading.Lock()
             self.nodes[name] = SimNode(
                 NodeSpec(name, c.sku, boot_time_s=c.boot_time_s), nets[name], self.dir, ssh,
                 fault=c.faults.get(name, HEALTHY), on_boot=[self._slurmd_start], on_shutdown=[self._slurmd_stop])
@@ -360,7 +363,8 @@ class Rack:
         for node in self.nodes.values():
             with contextlib.suppress(Exception):
                 node.close()
-        self._power.shutdown(wait=True, cancel_futures=True)
+        for worker in self._power.values():
+            worker.shutdown(wait=True, cancel_futures=True)
         closers: list[Callable[[], None]] = []
         if self.slurm is not None:
             closers.append(self.slurm.stop)

@@ -25,12 +25,13 @@ import requests
 
 from lifecycle.drivers.bmc.base import BootDevice, Credentials, PowerAction, PowerState
 from lifecycle.drivers.bmc.redfish import RedfishDriver
-from lifecycle.drivers.errors import AuthFailed, NotSupported
+from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed
 
 MakeDriver = Callable[..., RedfishDriver]
 USER, PASSWORD = "racklife", "emulator-S3cret!"
 NODE_UUID = "5d6c1f7e-0f1e-4a4b-9a53-8a1f0e5b7c21"
 NODE_MAC = "52:54:00:12:34:56"
+OTHER_UUID = "9a0e4b1c-7d2f-4e8a-b6c3-1f2e3d4c5b6a"
 
 
 def _free_port() -> int:
@@ -47,8 +48,11 @@ def sushy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     auth.write_text(f"{USER}:{hashed}\n", encoding="utf-8")
     port = _free_port()
+    # Two systems behind one service, as on a multi-node chassis manager.
     systems = [{"uuid": NODE_UUID, "name": "gpu-node-01", "power_state": "Off",
-                "nics": [{"mac": NODE_MAC, "ip": "10.10.0.11"}]}]
+                "nics": [{"mac": NODE_MAC, "ip": "10.10.0.11"}]},
+               {"uuid": OTHER_UUID, "name": "gpu-node-02", "power_state": "On",
+                "nics": [{"mac": "52:54:00:12:34:57", "ip": "10.10.0.12"}]}]
     config = work / "sushy.conf"
     config.write_text(
         "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
@@ -110,7 +114,8 @@ def wait_for(drv: RedfishDriver, state: PowerState) -> None:
 
 @pytest.mark.slow
 def test_power_on_sushy(sushy: str, make_driver: MakeDriver) -> None:
-    drv = make_driver(sushy)  # auth="session": no SessionService, so Basic is used
+    # auth="session" (the default): sushy-tools has no SessionService, so Basic is used.
+    drv = make_driver(sushy, system_id=NODE_UUID)
     wait_for(drv, PowerState.OFF)
     calls = drv.transport.calls
     drv.power(PowerAction.OFF)  # already off: only the read
@@ -122,7 +127,7 @@ def test_power_on_sushy(sushy: str, make_driver: MakeDriver) -> None:
 
 
 def test_boot_override_on_sushy(sushy: str, make_driver: MakeDriver) -> None:
-    drv = make_driver(sushy)
+    drv = make_driver(sushy, system_id=NODE_UUID)
     for device, target in ((BootDevice.CD, "Cd"), (BootDevice.DISK, "Hdd"),
                            (BootDevice.PXE, "Pxe")):
         drv.set_boot(device, once=True)
@@ -133,7 +138,7 @@ def test_boot_override_on_sushy(sushy: str, make_driver: MakeDriver) -> None:
 
 
 def test_inventory_sensors_health_on_sushy(sushy: str, make_driver: MakeDriver) -> None:
-    drv = make_driver(sushy)
+    drv = make_driver(sushy, system_id=NODE_UUID)
     inv = drv.inventory()
     assert (inv.system.vendor, inv.system.uuid) == ("Sushy Emulator", NODE_UUID)
     assert [n.mac for n in inv.nics] == [NODE_MAC]
@@ -147,12 +152,20 @@ def test_inventory_sensors_health_on_sushy(sushy: str, make_driver: MakeDriver) 
 
 
 def test_virtual_media_on_sushy(sushy: str, image_server: str, make_driver: MakeDriver) -> None:
-    drv = make_driver(sushy)
+    drv = make_driver(sushy, system_id=NODE_UUID)
     drv.virtual_media_insert(image_server)
     media = drv._cd()
     assert (media["Image"], media["Inserted"]) == (image_server, True)
     drv.virtual_media_eject()
     assert drv._cd()["Inserted"] is False
+
+
+def test_system_id_chooses_among_several(sushy: str, make_driver: MakeDriver) -> None:
+    with pytest.raises(OperationFailed, match="manages 2 systems"):
+        make_driver(sushy).power_state()
+    other = make_driver(sushy, system_id=OTHER_UUID)
+    assert other.system_path() == f"/redfish/v1/Systems/{OTHER_UUID}"
+    assert other.inventory().nics[0].mac == "52:54:00:12:34:57"
 
 
 def test_wrong_password_on_sushy(sushy: str) -> None:

@@ -93,3 +93,40 @@ def test_readiness_follows_the_kubelet(cluster: Any) -> None:
     assert not driver.node("gpu-06").ready
     scene.set_ready("gpu-06", True)
     assert driver.node("gpu-06").ready
+
+
+def _meddle_after_read(driver: Any, monkeypatch: pytest.MonkeyPatch, on_read: int, meddle: Any) -> list[int]:
+    """Make another writer change the node right after racklife's ``on_read``-th read of it."""
+    real, reads = driver.node, [0]
+
+    def node(name: str) -> Any:
+        current = real(name)
+        reads[0] += 1
+        if reads[0] == on_read:
+            meddle()
+        return current
+
+    monkeypatch.setattr(driver, "node", node)
+    return reads
+
+
+def test_a_concurrent_write_is_reread_not_overwritten(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver, scene = cluster
+    scene.node("gpu-07")
+    # Read 1: cordon's own look; read 2: the read its conditional patch is based on. Then someone writes.
+    reads = _meddle_after_read(driver, monkeypatch, 2, lambda: driver._patch_node("gpu-07", {
+        "metadata": {"labels": {"team": "ml"}}, "spec": {"taints": [{"key": "admin/hold", "effect": "NoSchedule"}]}}))
+    assert driver.cordon("gpu-07", "run-4").action == "cordoned"
+    assert reads[0] == 3  # the patch met 409 Conflict and was recomputed from a fresh read
+    node = driver.node("gpu-07")
+    assert node.unschedulable and node.labels["team"] == "ml"  # both writes landed
+    assert set(node.taints) == {Taint("admin/hold", "NoSchedule"), Taint(MAINTENANCE_TAINT, "NoSchedule", "run-4")}
+
+
+def test_an_admin_cordon_that_wins_the_race_stays_theirs(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver, scene = cluster
+    scene.node("gpu-08")
+    _meddle_after_read(driver, monkeypatch, 2, lambda: scene.admin_cordon("gpu-08"))
+    result = driver.cordon("gpu-08", "run-4")
+    assert (result.action, result.owner.kind) == ("foreign", "other")
+    assert CORDONED_BY not in driver.node("gpu-08").annotations

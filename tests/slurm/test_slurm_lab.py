@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,8 +17,10 @@ from lifecycle.cli import app
 from lifecycle.drivers.errors import OperationFailed
 from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
 from lifecycle.drivers.slurm.leave import leave
+from lifecycle.drivers.slurm.render import render, slurm_nodes
 from lifecycle.drivers.slurm.runner import CommandRunner, RestClient
-from lifecycle.lab.slurm import LabSlurm
+from lifecycle.lab.slurm import LabSlurm, LabSlurmConfig, running
+from lifecycle.model.inventory import load_inventory
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -262,3 +267,21 @@ def test_rest_and_cli_agree_on_jobs_on_a_node(lab: LabSlurm, driver: SlurmDriver
     row = next(r for r in json.loads(result.output)["nodes"] if r["node"] == "gpu-008")
     assert row["jobs"] == [job]
     assert lab.token() not in result.output
+
+
+def test_example_inventory_loads_in_slurmctld(inventory_path: Path) -> None:
+    """The site example (or this suite's 16-node copy) as slurmctld sees it: every switch, every node."""
+    inv = load_inventory(inventory_path)
+    root = Path(tempfile.mkdtemp(prefix="rls-", dir="/tmp"))
+    expected = render(inv).files["topology.conf"]
+    try:
+        with running(LabSlurmConfig(inventory=inv, root=root, start_nodes=[])) as lab:
+            topo = subprocess.run(["scontrol", "show", "topology"], env=lab.env(), capture_output=True,
+                                  text=True, timeout=10, check=True).stdout
+            nodes = SlurmDriver(CommandRunner(env=lab.env())).nodes()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for line in expected.splitlines()[1:]:
+        assert line.split()[0] + " " in topo
+    assert sorted(n.name for n in nodes) == sorted(n.name for n in slurm_nodes(inv))
+    assert all(n.gres.startswith("gpu:") for n in nodes)

@@ -25,7 +25,6 @@ from lifecycle.drivers.kube.base import Conflict, KubeDriver
 from lifecycle.drivers.kube.types import (
     GPU_RESOURCE,
     MIRROR_ANNOTATION,
-    CordonOwner,
     KubeNode,
     KubePod,
     Taint,
@@ -205,6 +204,3 @@ class FakeKubeDriver(KubeDriver):
         else:
             del self._pods[key]
         return None
-
-    def owner_of(self, name: str) -> CordonOwner:
-        return self.node(name).owner

@@ -126,7 +126,8 @@ class ApiServer(kmock.KubernetesEmulator):
         async with self._lock:
             for key in list(self._objects.keys()):
                 del self._objects[key]
-            for bus in self._buses.values():
+            journals: list[Any] = list(self._buses.values())
+            for bus in journals:
                 bus.journal.clear()
                 bus.floor = self._last_rv
 
@@ -375,6 +376,8 @@ class ApiServer(kmock.KubernetesEmulator):
         for event in first:
             if (out := shown(event)) is not None:
                 yield out
+            if event["type"] == "ERROR":
+                return  # as the API server does: the client must list again
         while (left := deadline - asyncio.get_running_loop().time()) > 0:
             try:
                 event = await asyncio.wait_for(anext(live), left)
