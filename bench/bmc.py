@@ -32,7 +32,6 @@ sys.path.insert(0, str(REPO))
 
 from lifecycle.drivers.bmc.base import Credentials  # noqa: E402
 from lifecycle.drivers.bmc.redfish import RedfishDriver  # noqa: E402
-from lifecycle.drivers.bmc.redfish_transport import RedfishTransport  # noqa: E402
 from lifecycle.lab.redfish_emulator import BmcConfig, ExtraHardware, spawn  # noqa: E402
 
 TREES = ("dell-idrac-bmclib", "dmtf-public-rackmount1", "hpe-ilo5-dl325", "openbmc-stock")
@@ -183,6 +182,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-_ = RedfishTransport  # the recorded hook is RedfishTransport._call

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
-  python3 python3-venv python3-pip python3-dev gcc git ca-certificates
+  python3 python3-venv python3-pip python3-dev python3-apt gcc git ca-certificates
   postgresql-15                                   # store tests on PostgreSQL (initdb/pg_ctl)
   slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin   # real Slurm in the lab
   openssh-server openssh-client iproute2 procps util-linux psmisc        # lab nodes in netns

@@ -154,7 +154,7 @@ def env(lab_dir: Path = DirOpt) -> None:
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
     else:
-        lines.append("# KUBECONFIG: no Kubernetes stand-in (kmock) in this lab yet")
+        lines.append("# KUBECONFIG: this lab has no Kubernetes stand-in")
     sys.stdout.write("\n".join(lines) + "\n")
 
 

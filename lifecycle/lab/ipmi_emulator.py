@@ -198,6 +198,27 @@ class _Session(serversession.ServerSession):  # type: ignore[misc]
         super()._got_rakp1(data)
 
 
+class _NonBlockingSocket:
+    """A server socket that stays non-blocking.
+
+    pyghmi sets a socket blocking before each send (in whichever thread sends) and non-blocking
+    before each receive (in its I/O thread). Our handlers answer from the serving thread, so a
+    send can flip the socket between the I/O thread's two steps and its receive then blocks
+    forever: under load (hundreds of clients) the whole emulator hangs. A UDP send on loopback
+    does not block, so this socket ignores the flips.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+
+    def setblocking(self, flag: bool) -> None:
+        """Ignored: see the class docstring."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
 class EmulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
     """One BMC: its protocol handlers and state. All state changes hold the emulator's lock."""
 
@@ -205,6 +226,10 @@ class EmulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
         ident = uuid.UUID(spec.uuid) if spec.uuid else uuid.uuid5(uuid.NAMESPACE_DNS, spec.name)
         super().__init__({spec.username: spec.password}, port=spec.port, bmcuuid=ident,
                          address=address)
+        raw, self.serversocket = self.serversocket, _NonBlockingSocket(self.serversocket)
+        pyghmi_session.iosockets[pyghmi_session.iosockets.index(raw)] = self.serversocket
+        handlers = pyghmi_session.Session.bmc_handlers.pop(raw)
+        pyghmi_session.Session.bmc_handlers[self.serversocket] = handlers
         self.spec = spec
         self.emulator = emulator
         self.mfgid, self.prodid = spec.manufacturer_id, spec.product_id

@@ -39,10 +39,12 @@ from lifecycle.lab import netns
 from lifecycle.lab.faults import HEALTHY, Fault
 from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
 from lifecycle.lab.ipmi_emulator import IpmiEmulator
+from lifecycle.lab.kube import KubeStandIn
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
 from lifecycle.lab.slurm import LabSlurm, lab_config
 from lifecycle.model.inventory import Inventory, dump_inventory, parse_inventory
+from lifecycle.model.skus import SKUS
 
 VENDOR_TREES = ("dell-idrac-bmclib", "hpe-ilo5-dl325", "openbmc-stock", "dmtf-public-rackmount1")
 DEFAULT_LAB_DIR = Path(os.environ.get("RACKLIFE_LAB_DIR", "/var/lib/racklife/lab"))
@@ -198,6 +200,7 @@ class Rack:
         self.slurm: LabSlurm | None = None
         self.redfish: RedfishEmulator | None = None
         self.ipmi: IpmiEmulator | None = None
+        self.kube: KubeStandIn | None = None
         self.inventory: Inventory | None = None
         self._power: dict[str, ThreadPoolExecutor] = {}
         """One worker per node: its power events apply in the order the BMC sent them."""
@@ -231,9 +234,22 @@ class Rack:
     def _ipmi_power(self, bmc: str, state: str) -> None:
         self._submit(self.by_bmc[bmc], state)
 
-    def _slurmd_start(self, name: str) -> None:
+    def _node_started(self, name: str) -> None:
+        """What a booted node starts: its slurmd (Slurm pools) or its kubelet's Node object (Kubernetes)."""
         if self.slurm is not None and name in self.slurm.ports:
             self.slurm.start_node(name, wait=False)
+            return
+        inv = self.inventory
+        if self.kube is not None and inv is not None and inv.pool(inv.node(name).pool).scheduler == "kubernetes":
+            pool = inv.pool(inv.node(name).pool)
+            self.kube.join(name, labels=pool.labels, gpus=SKUS[inv.node(name).sku].gpu_count)
+            self.kube.set_ready(name, True)
+
+    def _node_stopped(self, name: str) -> None:
+        if self.kube is not None and name not in (self.slurm.ports if self.slurm else {}):
+            with contextlib.suppress(Exception):  # not joined (yet): nothing to mark
+                self.kube.set_ready(name, False)  # a powered-off kubelet stops posting status
+        self._slurmd_stop(name)
 
     def _slurmd_stop(self, name: str) -> None:
         slurm = self.slurm
@@ -279,10 +295,12 @@ class Rack:
         self.inventory = build_inventory(c, nets, {n: addresses[f"bmc-{n}"] for n in names}, creds)
         (self.dir / "inventory.yaml").write_text(dump_inventory(self.inventory), encoding="utf-8")
         self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[])).start()
+        self.kube = KubeStandIn().start()
+        self.kube.write_kubeconfig(self.dir / "kube" / "kubeconfig")
         for name in names:
             self.nodes[name] = SimNode(
                 NodeSpec(name, c.sku, boot_time_s=c.boot_time_s), nets[name], self.dir, ssh,
-                fault=c.faults.get(name, HEALTHY), on_boot=[self._slurmd_start], on_shutdown=[self._slurmd_stop])
+                fault=c.faults.get(name, HEALTHY), on_boot=[self._node_started], on_shutdown=[self._node_stopped])
         for node in self.nodes.values():
             node.prepare()
         ssh.write_config(list(self.nodes.values()))
@@ -329,7 +347,7 @@ class Rack:
             "slurm_conf": str(slurm.conf) if slurm else None,
             "slurm_pgid": init.pid if init is not None else None,
             "ssh_config": str(self.dir / "ssh" / "config"),
-            "kubeconfig": None,
+            "kubeconfig": str(self.dir / "kube" / "kubeconfig") if self.kube else None,
             "controller": self.net.controller,
             "nodes": [{
                 "name": n.name, "address": n.net.address, "mac": n.net.mac,
@@ -372,6 +390,8 @@ class Rack:
             closers.append(self.redfish.stop)
         if self.ipmi is not None:
             closers.append(self.ipmi.stop)
+        if self.kube is not None:
+            closers.append(self.kube.stop)
         for close in closers:
             with contextlib.suppress(Exception):
                 close()

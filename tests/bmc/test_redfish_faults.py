@@ -174,3 +174,12 @@ def test_slow_bmc_within_timeout_works_beyond_it_fails(emulator: RedfishEmulator
     with pytest.raises(Unreachable, match="timed out"):
         make_driver(emulator.urls[TREE], timeout=0.3).power_state()
     assert served(emulator) == before + 1
+
+
+def test_credentials_in_the_address_are_refused_and_not_echoed(clock: Any) -> None:
+    drv = RedfishDriver("https://admin:Hunter2-secret@10.0.0.9", Credentials("a", "b"),
+                        clock=clock)
+    with pytest.raises(OperationFailed, match="do not belong") as caught:
+        drv.power_state()
+    assert "Hunter2-secret" not in str(caught.value)
+    assert drv.target == "https://10.0.0.9"

@@ -22,10 +22,11 @@ from typer.testing import CliRunner
 
 from burnin.parsers import infiniband
 from lifecycle.cli import app
-from lifecycle.cli._common import REFUSED
+from lifecycle.cli._common import BAD_INPUT, REFUSED
 from lifecycle.drivers.bmc.base import PowerAction
 from lifecycle.drivers.bmc.factory import driver_for
 from lifecycle.lab import netns, rack
+from lifecycle.lab.kube import GPU_RESOURCE, KubeAdmin
 from lifecycle.model.inventory import Inventory, parse_inventory
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -78,6 +79,13 @@ class Lab:
         return {f[0]: (f[1], f[2]) for f in (line.split() for line in out.splitlines())}
 
 
+def kube_nodes(kube: KubeAdmin) -> dict[str, str]:
+    """Node name -> its Ready condition's status, as the Kubernetes stand-in lists them."""
+    items = kube.request("GET", "/api/v1/nodes")["items"]
+    return {n["metadata"]["name"]: next(c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready")
+            for n in items}
+
+
 def refused(running: Lab, node: str) -> bool:
     return running.ssh(node, "true").returncode == 255
 
@@ -114,6 +122,7 @@ def test_lab_up_status_power_and_down(lab_dir: Path, tmp_path: Path) -> None:
     assert Path(status["ssh_config"]).is_file() and Path(status["slurm_conf"]).is_file()
     code, env = lab("env", "--dir", str(lab_dir))
     assert f"export SLURM_CONF={status['slurm_conf']}" in env
+    assert f"export KUBECONFIG={status['kubeconfig']}" in env
 
     code, out = lab("inventory", "--dir", str(lab_dir))
     inv = parse_inventory(out)
@@ -130,6 +139,13 @@ def test_lab_up_status_power_and_down(lab_dir: Path, tmp_path: Path) -> None:
     code, _ = lab("fault", "node-01", "xid79", "--dir", str(lab_dir))
     assert code == 0 and running.ssh("node-01", "nvidia-smi").returncode == 15
 
+    # The inference node booted into the Kubernetes stand-in as a Ready Node with its GPUs.
+    kube = KubeAdmin.from_kubeconfig(Path(status["kubeconfig"]))
+    assert kube_nodes(kube) == {"node-04": "True"}
+    node04 = kube.request("GET", "/api/v1/nodes/node-04")
+    assert node04["metadata"]["labels"]["racklife.io/pool"] == "inference"
+    assert node04["status"]["capacity"][GPU_RESOURCE] == "8"
+
     # Power off through the BMC (Redfish for node-02, IPMI for node-04): sshd and slurmd stop.
     for name in ("node-02", "node-04"):
         bmc = driver_for(inv.node(name).bmc)
@@ -138,10 +154,14 @@ def test_lab_up_status_power_and_down(lab_dir: Path, tmp_path: Path) -> None:
             wait_for(f"{name} off", functools.partial(refused, running, name))
             if name == "node-02":
                 wait_for("Slurm to mark node-02 down", lambda: running.sinfo()["node-02"][0].startswith("down"))
+            else:
+                wait_for("node-04 NotReady", lambda: kube_nodes(kube) == {"node-04": "False"})
             bmc.power(PowerAction.ON)
             wait_for(f"{name} back", functools.partial(answers, running, name))
             if name == "node-02":
                 wait_for("node-02 idle", lambda: running.sinfo()["node-02"][0] == "idle")
+            else:
+                wait_for("node-04 Ready", lambda: kube_nodes(kube) == {"node-04": "True"})
         finally:
             bmc.close()
 
@@ -169,3 +189,14 @@ def test_down_and_up_clean_up_after_a_crashed_lab(lab_dir: Path) -> None:
     code, out = lab("down", "--dir", str(lab_dir))
     assert code == 0, out
     assert leftovers(lab_dir, prefix) == []
+
+
+def test_up_refuses_a_bad_faults_file_before_starting_anything(need_root: None, tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("node-01: xid79\nnode-09: ecc\nnode-02: {profile: ecc, gpu: 8}\n")
+    code, out = lab("up", "--nodes", "4", "--dir", str(tmp_path / "lab"), "--faults", str(faults))
+    assert code == BAD_INPUT
+    assert "faults.yaml:2: node-09: no such node" in out and "gpu 8 does not exist" in out
+    assert not (tmp_path / "lab").exists()
+    code, out = lab("status", "--dir", str(tmp_path / "lab"))
+    assert code == REFUSED and "no lab" in out

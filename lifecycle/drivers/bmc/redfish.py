@@ -62,7 +62,9 @@ class RedfishDriver(BmcDriver):
                  retry: RetryPolicy | None = None, clock: Clock | None = None) -> None:
         self.address = address if "://" in address else f"https://{address}"
         self.system_id = system_id
-        self.target = self.address + (f" system {system_id}" if system_id else "")
+        parts = urlsplit(self.address)
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no userinfo
+        self.target = shown + (f" system {system_id}" if system_id else "")
         self._credentials = credentials
         self._verify_tls = verify_tls
         self._timeout = timeout
@@ -119,7 +121,10 @@ class RedfishDriver(BmcDriver):
         return self._system_path
 
     def system(self) -> Json:
-        return self.transport.get(self.system_path())
+        system = self.transport.get(self.system_path())
+        if self._quirks is None:
+            self._quirks = quirks_for(self.transport.root, system)
+        return system
 
     def quirks(self, system: Json | None = None) -> VendorQuirks:
         if self._quirks is None:

@@ -9,7 +9,7 @@ suffixes) onto one ``NodeState``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 BASE_STATES = frozenset(
@@ -215,4 +215,4 @@ class Reservation:
     start: str
     end: str
     flags: tuple[str, ...] = ()
-    users: tuple[str, ...] = field(default=())
+    users: tuple[str, ...] = ()
