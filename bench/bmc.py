@@ -82,12 +82,12 @@ def fan_out(urls: dict[str, str], concurrency: int,
 
 
 def driver_run(name: str, urls: dict[str, str], concurrency: int,
-               op: Callable[[RedfishDriver], object]) -> Run:
+               op: Callable[[RedfishDriver], object], auth: str) -> Run:
     creds = Credentials(USER, PASSWORD)
     recorded: dict[str, list[Request]] = {}
 
     def one(bmc: str, url: str) -> int:
-        drv = RedfishDriver(url, creds, verify_tls=False)
+        drv = RedfishDriver(url, creds, verify_tls=False, auth=auth)  # type: ignore[arg-type]
         log: list[Request] = []
         transport = drv.transport
         send = transport._call
@@ -108,11 +108,12 @@ def driver_run(name: str, urls: dict[str, str], concurrency: int,
 
 
 def raw_run(name: str, urls: dict[str, str], concurrency: int,
-            recorded: dict[str, list[Request]]) -> Run:
+            recorded: dict[str, list[Request]], auth: tuple[str, str] | None) -> Run:
     """Replay each BMC's requests with plain requests: same paths, bodies and auth flow."""
 
     def one(bmc: str, url: str) -> int:
         with requests.Session() as session:
+            session.auth = auth
             headers = {"OData-Version": "4.0"}
             location = None
             for method, path, body in recorded[bmc]:
@@ -144,6 +145,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--trees", default=",".join(TREES))
+    parser.add_argument("--auth", choices=["session", "basic"], default="session")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs added to every BMC")
     parser.add_argument("--fixtures", type=Path,
                         default=REPO.parent / "shared" / "fixtures" / "redfish")
@@ -154,18 +156,22 @@ def main() -> int:
                       hardware=ExtraHardware(gpus=args.gpus, drives=2))
             for i in range(args.count)]
     print(f"{args.count} BMCs ({', '.join(trees)}; +{args.gpus} GPUs, 2 drives each), "
-          f"concurrency {args.concurrency}, {os.cpu_count()} CPUs")
+          f"concurrency {args.concurrency}, auth {args.auth}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
     started = time.perf_counter()
     with spawn(bmcs) as emu:
         print(f"emulator up in {time.perf_counter() - started:.2f} s (pid {emu.pid})")
         results = []
         for op_name, op in (("power status", lambda d: d.power_state()),
                             ("inventory", lambda d: d.inventory())):
-            drv = driver_run(f"driver {op_name}", emu.urls, args.concurrency, op)
-            raw = raw_run(f"raw requests {op_name}", emu.urls, args.concurrency, drv.recorded)
-            drv2 = driver_run(f"driver {op_name} (again)", emu.urls, args.concurrency, op)
+            basic = (USER, PASSWORD) if args.auth == "basic" else None
+            drv = driver_run(f"driver {op_name}", emu.urls, args.concurrency, op, args.auth)
+            raw = raw_run(f"raw requests {op_name}", emu.urls, args.concurrency, drv.recorded,
+                          basic)
+            drv2 = driver_run(f"driver {op_name} (again)", emu.urls, args.concurrency, op,
+                              args.auth)
             raw2 = raw_run(f"raw requests {op_name} (again)", emu.urls, args.concurrency,
-                           drv2.recorded)
+                           drv2.recorded, basic)
             for run in (drv, raw, drv2, raw2):
                 print(run.report())
             per_bmc = drv.requests / max(1, len(drv.latencies))

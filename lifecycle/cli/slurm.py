@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from lifecycle.cli._common import (
+    REFUSED,
     JsonOpt,
     emit_json,
     emit_table,
@@ -119,3 +120,59 @@ def status(
         })
         return
     emit_table("Slurm nodes", ["node", "state", "partitions", "drain owner", "reason", "jobs"], table)
+
+
+def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
+    from lifecycle.store import NodeNotFound, Store
+    from lifecycle.workflows import engine, registry, slurm_pool
+
+    store = Store()
+    try:
+        for n in nodes:
+            store.get(n)
+    except NodeNotFound as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    registry.launch()
+    try:
+        func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
+        handles = [engine.start(func, n, *args) for n in dict.fromkeys(nodes)]
+        return [h.get_result() for h in handles]
+    finally:
+        engine.shutdown()
+
+
+def _print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
+    if as_json:
+        emit_json(outcomes)
+    else:
+        rows = []
+        for o in outcomes:
+            report = o.get("report") or {}
+            jobs = report.get("jobs", []) if isinstance(report, dict) else []
+            touched = ", ".join(f"{j['job_id']}:{j['action']}" for j in jobs) or "-"
+            rows.append((o["node"], "ok" if o["ok"] else "REFUSED", o["state"], touched, o["reason"]))
+        emit_table(None, ["node", "result", "state", "jobs touched", "reason"], rows)
+    if not all(o["ok"] for o in outcomes):
+        raise typer.Exit(REFUSED)
+
+
+@app.command()
+def join(nodes: list[str] = typer.Argument(..., help="Node names."), as_json: bool = JsonOpt) -> None:
+    """Put accepted nodes in their pool's partition and resume them (only drains racklife set)."""
+    _print_outcomes(_run_pool_workflow("join", nodes), as_json)
+
+
+@app.command()
+def leave(
+    nodes: list[str] = typer.Argument(..., help="Node names."),
+    policy: str | None = typer.Option(None, "--policy", help="wait|requeue|cancel (default: the pool's)."),
+    deadline: float | None = typer.Option(None, "--deadline", min=0, help="Seconds to wait for running jobs."),
+    reason: str = typer.Option("leaving the pool", "--reason", help="Human reason, after racklife's prefix."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Drain nodes out of Slurm: wait for jobs, then requeue or cancel per policy; report every job."""
+    if policy is not None and policy not in ("wait", "requeue", "cancel"):
+        fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
+    _print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)

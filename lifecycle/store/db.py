@@ -33,6 +33,13 @@ nodes = sa.Table(
     sa.Column("generation", sa.Integer, nullable=False, default=0),
 )
 
+pools = sa.Table(
+    "racklife_pools",
+    metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("spec", sa.Text, nullable=False),  # the inventory's pool definition, JSON
+)
+
 transitions = sa.Table(
     "racklife_transitions",
     metadata,

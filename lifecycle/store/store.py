@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from lifecycle.model.inventory import Inventory, Node
+from lifecycle.model.inventory import BUILTIN_POOLS, Inventory, Node, Pool
 from lifecycle.model.states import (
     Actor,
     IllegalTransition,
@@ -137,6 +137,10 @@ class Store:
                     "refusing to change nodes that a scheduler is using; drain them first: "
                     + ", ".join(refused)
                 )
+            for name in inv.pool_names():
+                pool_spec = json.dumps(inv.pool(name).model_dump(mode="json"), sort_keys=True)
+                conn.execute(sa.delete(db.pools).where(db.pools.c.name == name))
+                conn.execute(sa.insert(db.pools).values(name=name, spec=pool_spec))
             for node in inv.nodes:
                 spec, sha = _canonical(node)
                 row = existing.get(node.name)
@@ -183,6 +187,16 @@ class Store:
             q = q.where(db.nodes.c.rack == rack)
         with self.engine.connect() as conn:
             return [self._record(r) for r in conn.execute(q)]
+
+    def pool(self, name: str) -> Pool:
+        """The pool definition from the last import; built-in pools have no scheduler."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(db.pools.c.spec).where(db.pools.c.name == name)).first()
+        if row is None:
+            if name in BUILTIN_POOLS:
+                return Pool(scheduler="none")
+            raise StoreError(f"unknown pool '{name}' (import an inventory that defines it)")
+        return Pool.model_validate(json.loads(row.spec))
 
     def history(self, name: str) -> list[Transition]:
         self.get(name)

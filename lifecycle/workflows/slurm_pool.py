@@ -1,0 +1,158 @@
+"""Join and leave a Slurm pool, durably, with ownership of every drain.
+
+``join``: a node with a passing, unexpired acceptance record is put in its
+pool's partition and resumed — but only if the drain on it is racklife's
+(or there is none); a node drained by an admin or a health checker is
+reported and left alone. ``leave``: drain with racklife's reason prefix,
+wait for running jobs up to the pool's deadline, then requeue or cancel as
+the pool's policy says; the report names every job touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dbos import DBOS
+
+from lifecycle.drivers.errors import DriverError
+from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
+from lifecycle.drivers.slurm.leave import leave as slurm_leave
+from lifecycle.drivers.slurm.runner import CommandRunner
+from lifecycle.model.inventory import Pool
+from lifecycle.store import Store, StoreError
+from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+
+
+@dataclass
+class PoolOutcome:
+    node: str
+    ok: bool
+    state: str
+    reason: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _driver() -> SlurmDriver:
+    return SlurmDriver(CommandRunner())
+
+
+def _pool_of(node: str) -> tuple[str, Pool]:
+    store = Store()
+    try:
+        rec = store.get(node)
+        return rec.pool, store.pool(rec.pool)
+    finally:
+        store.close()
+
+
+@DBOS.step()
+def valid_acceptance(node: str) -> str | None:
+    store = Store()
+    try:
+        rec = store.valid_acceptance(node)
+        return rec.id if rec else None
+    finally:
+        store.close()
+
+
+@DBOS.step()
+def slurm_join(node: str, partition: str) -> dict[str, Any]:
+    """Put the node in its partition, then resume it if (and only if) the drain is ours."""
+    driver = _driver()
+    driver.add_to_partition(partition, [node])
+    results = driver.resume_if_ours([node])
+    return {"partition": partition, "resume": [{"node": r.node, "action": r.action} for r in results]}
+
+
+@DBOS.step()
+def drain_and_empty(node: str, policy: str, deadline_s: float, reason: str) -> dict[str, Any]:
+    if policy not in ("wait", "requeue", "cancel"):
+        raise ValueError(f"unknown leave policy {policy!r}")
+    report = slurm_leave(_driver(), [node], run_id=current_run_id(), reason=reason,
+                         policy=policy,  # type: ignore[arg-type]
+                         deadline_s=deadline_s)
+    return report.to_dict()
+
+
+@DBOS.workflow()
+def join_node(node: str) -> dict[str, Any]:
+    out = PoolOutcome(node, False, node_state(node))
+    pool_name, pool = _pool_of(node)
+    if pool.scheduler != "slurm" or not pool.partition:
+        out.reason = f"pool '{pool_name}' is not a Slurm pool (scheduler: {pool.scheduler})"
+        return asdict(out)
+    if out.state == "in_service":
+        out.ok, out.reason = True, "already in service"
+        return asdict(out)
+    record = valid_acceptance(node)
+    if record is None:
+        out.reason = "no passing, unexpired acceptance record: run `racklife accept` first (fail closed)"
+        return asdict(out)
+    if out.state != "joining":
+        try:
+            transition(node, "join", f"join Slurm partition {pool.partition}", acceptance_record=record)
+        except Exception as exc:  # IllegalTransition or StoreError, already journaled by DBOS
+            out.reason = str(exc)
+            return asdict(out)
+    try:
+        out.report = slurm_join(node, pool.partition)
+    except NotOurs as exc:
+        out.reason = exc.message
+        out.state = transition(node, "join_fail", exc.message)
+        return asdict(out)
+    except DriverError as exc:
+        out.reason = f"slurm: {exc.message}"
+        out.state = transition(node, "join_fail", out.reason)
+        return asdict(out)
+    out.state = transition(node, "join_done", f"in service in partition {pool.partition}")
+    out.ok = True
+    return asdict(out)
+
+
+@DBOS.workflow()
+def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str) -> dict[str, Any]:
+    out = PoolOutcome(node, False, node_state(node))
+    pool_name, pool = _pool_of(node)
+    if pool.scheduler != "slurm":
+        out.reason = f"pool '{pool_name}' is not a Slurm pool (scheduler: {pool.scheduler})"
+        return asdict(out)
+    if out.state == "drained":
+        out.ok, out.reason = True, "already drained"
+        return asdict(out)
+    if out.state == "in_service":
+        transition(node, "drain", why)
+    elif out.state != "draining":
+        out.reason = f"node is {out.state}; only a node in service (or draining) can leave"
+        return asdict(out)
+    try:
+        out.report = drain_and_empty(node, policy or pool.leave_policy,
+                                 pool.drain_deadline_s if deadline_s is None else deadline_s, why)
+    except NotOurs as exc:
+        # Someone else drained it first: leave their drain alone and say so.
+        out.reason = exc.message
+        out.state = "draining"
+        return asdict(out)
+    except DriverError as exc:
+        out.reason = f"slurm: {exc.message}"
+        out.state = "draining"
+        return asdict(out)
+    if out.report.get("complete"):
+        out.state = transition(node, "drain_done", f"drained ({out.report.get('policy')}); jobs touched: "
+                               f"{len(out.report.get('jobs', []))}")
+        out.ok = True
+    else:
+        out.state = "draining"
+        out.reason = "jobs still running at the deadline; the node stays draining (run leave again)"
+    return asdict(out)
+
+
+def check_known(nodes: list[str]) -> None:
+    store = Store()
+    try:
+        for n in nodes:
+            store.get(n)
+    except StoreError:
+        raise
+    finally:
+        store.close()
