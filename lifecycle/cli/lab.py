@@ -150,7 +150,12 @@ def env(lab_dir: Path = DirOpt) -> None:
     lines = [f"export SLURM_CONF={q(state['slurm_conf'])}",
              f"export RACKLIFE_INVENTORY={q(state['inventory'])}",
              f"export RACKLIFE_LAB_SSH_CONFIG={q(state['ssh_config'])}",
-             f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)"]
+             f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)",
+             # The controller's own state for this lab lives beside it.
+             f"export RACKLIFE_HOME={q(str(Path(state['lab_dir']) / 'controller'))}"]
+    boot = state.get("boot")
+    if boot:
+        lines += [f"export RACKLIFE_BOOT_LISTEN={q(boot['listen'])}", f"export RACKLIFE_BOOT_URL={q(boot['url'])}"]
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
     else:

@@ -18,7 +18,8 @@ from lifecycle.drivers.boot.render import parse_ipxe_args
 
 
 class _Booted(Protocol):
-    ipxe_script: str | None
+    @property
+    def ipxe_script(self) -> str | None: ...
 
 
 class PhoneHomeRefused(RuntimeError):
@@ -35,9 +36,11 @@ def phone_home_payload(script: str, macs: Sequence[str]) -> tuple[str, dict[str,
     return args["phone_home"], body
 
 
-def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0) -> Callable[[_Booted], None]:
+def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0,
+                        run_in: Callable[[Callable[[], None]], None] | None = None) -> Callable[[_Booted], None]:
     """A phone-home callable for a simulated node whose NICs have ``macs``.
 
+    ``run_in`` runs the POST where the node lives (its network namespace).
     Booted from local disk (no iPXE script): nothing to report, as on real hardware.
     """
 
@@ -48,12 +51,16 @@ def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0) -> Callabl
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",  # noqa: S310
                                      headers={"Content-Type": "application/json"})
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(req, timeout=timeout_s) as resp:
-                resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            exc.close()
-            raise PhoneHomeRefused(f"phone-home refused: HTTP {exc.code} {detail}") from None
+
+        def post() -> None:
+            try:
+                with opener.open(req, timeout=timeout_s) as resp:
+                    resp.read()
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")
+                exc.close()
+                raise PhoneHomeRefused(f"phone-home refused: HTTP {exc.code} {detail}") from None
+
+        (run_in or (lambda f: f()))(post)
 
     return call

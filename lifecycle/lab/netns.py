@@ -268,6 +268,69 @@ class LabNet:
         return teardown(self.prefix)
 
 
+class Forward:
+    """Listen on ``listen`` inside a namespace; carry each connection to ``target`` in the host's.
+
+    The lab's nodes reach controller services (the boot server) at the hub's
+    controller address this way; nothing is routed, only these connections
+    are carried, and only to the host's loopback.
+    """
+
+    def __init__(self, netns: str, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        self.target = target
+
+        def bind() -> socket.socket:
+            srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(listen)
+            srv.listen(64)
+            return srv
+
+        self._server = run_in(netns, bind)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name=f"forward-{netns}", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._carry, args=(conn,), daemon=True).start()
+
+    def _carry(self, conn: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            conn.close()
+            return
+        upstream.settimeout(None)
+
+        def pump(a: socket.socket, b: socket.socket) -> None:
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+            except OSError:
+                pass
+            finally:
+                with contextlib.suppress(OSError):
+                    b.shutdown(socket.SHUT_WR)
+
+        t = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
+        t.start()
+        pump(conn, upstream)
+        t.join(60)
+        conn.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
+
+
 def relay(netns: str, host: str, port: int) -> None:
     """Join stdin/stdout to a TCP connection made inside ``netns`` (an SSH ProxyCommand)."""
     enter(netns)

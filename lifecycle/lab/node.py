@@ -269,15 +269,21 @@ class SimNode:
             return None
         url = self.spec.boot_url.format(mac=self.net.mac, name=self.name)
 
-        def fetch() -> str:
+        def fetch() -> str | None:
             try:
                 with _no_proxy().open(url, timeout=10) as resp:
                     return str(resp.read().decode("utf-8"))
             except urllib.error.HTTPError as exc:
                 exc.close()  # it holds the response's socket
+                if exc.code == 404:
+                    return None  # no network boot pending for this MAC: boot from the local disk
                 raise RuntimeError(f"boot script {url}: HTTP {exc.code} {exc.reason}") from None
+            except (urllib.error.URLError, OSError):
+                return None  # no boot server answering: firmware falls through to the local disk
 
         script = netns.run_in(self.net.netns, fetch)
+        if script is None:
+            return None
         if not script.startswith("#!ipxe"):
             raise ValueError(f"{url} did not return an iPXE script")
         (self.dir / "boot.ipxe").write_text(script, encoding="utf-8")

@@ -37,6 +37,7 @@ from typing import Any
 
 from lifecycle.lab import netns
 from lifecycle.lab.faults import HEALTHY, Fault
+from lifecycle.lab.firmware import racklife_phone_home
 from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
 from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
@@ -51,6 +52,7 @@ DEFAULT_LAB_DIR = Path(os.environ.get("RACKLIFE_LAB_DIR", "/var/lib/racklife/lab
 STATE_FILE = "state.json"
 CONFIG_FILE = "lab.json"
 BMC_USER = "admin"
+BOOT_PORT = 8069  # the boot server's port at the hub's controller address
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 
 
@@ -69,6 +71,8 @@ class RackConfig:
     faults: dict[str, Fault] = field(default_factory=dict)
     fixtures: Path = SHARED / "fixtures"
     ready_timeout_s: float = 120.0
+    boot_port: int = 0
+    """Host loopback port where the controller's boot server listens (0: pick a free one)."""
 
     @property
     def rack_count(self) -> int:
@@ -128,6 +132,12 @@ def build_inventory(config: RackConfig, nets: dict[str, netns.NodeNet], bmcs: di
         "nodes": nodes,
     }
     return parse_inventory(json.dumps(doc), "<lab inventory>")
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _free_udp_port() -> int:
@@ -201,6 +211,8 @@ class Rack:
         self.redfish: RedfishEmulator | None = None
         self.ipmi: IpmiEmulator | None = None
         self.kube: KubeStandIn | None = None
+        self.boot_forward: netns.Forward | None = None
+        self.boot_port = 0
         self.inventory: Inventory | None = None
         self._power: dict[str, ThreadPoolExecutor] = {}
         """One worker per node: its power events apply in the order the BMC sent them."""
@@ -297,9 +309,19 @@ class Rack:
         self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[])).start()
         self.kube = KubeStandIn().start()
         self.kube.write_kubeconfig(self.dir / "kube" / "kubeconfig")
+        # Nodes reach the controller's boot server at the hub's controller address; the lab
+        # carries those connections to the host loopback, where `racklife provision` listens.
+        self.boot_port = c.boot_port or _free_tcp_port()
+        self.boot_forward = netns.Forward(self.net.hub, (self.net.controller, BOOT_PORT),
+                                          ("127.0.0.1", self.boot_port))
+        boot_base = f"http://{self.net.controller}:{BOOT_PORT}"
         for name in names:
+            ns = nets[name].netns
+            spec = NodeSpec(name, c.sku, boot_time_s=c.boot_time_s, boot_url=boot_base + "/boot/{mac}.ipxe",
+                            phone_home=racklife_phone_home([nets[name].mac],
+                                                           run_in=functools.partial(netns.run_in, ns)))
             self.nodes[name] = SimNode(
-                NodeSpec(name, c.sku, boot_time_s=c.boot_time_s), nets[name], self.dir, ssh,
+                spec, nets[name], self.dir, ssh,
                 fault=c.faults.get(name, HEALTHY), on_boot=[self._node_started], on_shutdown=[self._node_stopped])
         for node in self.nodes.values():
             node.prepare()
@@ -349,6 +371,8 @@ class Rack:
             "ssh_config": str(self.dir / "ssh" / "config"),
             "kubeconfig": str(self.dir / "kube" / "kubeconfig") if self.kube else None,
             "controller": self.net.controller,
+            "boot": {"listen": f"127.0.0.1:{self.boot_port}", "url": f"http://{self.net.controller}:{BOOT_PORT}"}
+            if self.boot_port else None,
             "nodes": [{
                 "name": n.name, "address": n.net.address, "mac": n.net.mac,
                 "pool": inv[n.name].pool if n.name in inv else None,
@@ -392,6 +416,8 @@ class Rack:
             closers.append(self.ipmi.stop)
         if self.kube is not None:
             closers.append(self.kube.stop)
+        if self.boot_forward is not None:
+            closers.append(self.boot_forward.close)
         for close in closers:
             with contextlib.suppress(Exception):
                 close()
