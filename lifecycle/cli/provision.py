@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
@@ -67,7 +67,7 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
         registry.launch()
         provision.register_provision_queue(max_in_flight)
         handle = engine.start(provision.provision_many, names, image, settings)
-        out_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
+        err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
                           f"(max {max_in_flight} in flight); boot server {server.url}")
         result: list[dict[str, Any]] = handle.get_result()
         return result

@@ -43,6 +43,7 @@ from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+from lifecycle.lab.redfish_emulator.hardware import ExtraHardware
 from lifecycle.lab.slurm import LabSlurm, lab_config
 from lifecycle.model.inventory import Inventory, dump_inventory, parse_inventory
 from lifecycle.model.skus import SKUS
@@ -298,7 +299,10 @@ class Rack:
                 kinds[name] = "ipmi"
             else:
                 tree = c.fixtures / "redfish" / VENDOR_TREES[i % len(VENDOR_TREES)]
-                rf_configs.append(BmcConfig(bmc, tree, BMC_USER, password, power_delay_s=c.power_delay_s))
+                hw = ExtraHardware(gpus=SKUS[c.sku].gpu_count, gpu_model=SKUS[c.sku].gpu_model, drives=2,
+                                   system_serial=f"LAB{i + 1:05d}", nic_macs=(nets[name].mac,))
+                rf_configs.append(BmcConfig(bmc, tree, BMC_USER, password, power_delay_s=c.power_delay_s,
+                                            hardware=hw))
                 kinds[name] = "redfish"
         self.redfish = RedfishEmulator(rf_configs, on_power=self._redfish_power).start()
         self.ipmi = IpmiEmulator(ipmi_specs, on_power=self._ipmi_power).start() if ipmi_specs else None

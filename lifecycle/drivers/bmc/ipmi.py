@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -122,10 +123,23 @@ class IpmiDriver(BmcDriver):
                                           port=self.port)
             except pyghmi_exc.IpmiException as exc:
                 raise self._login_error(exc) from None
+            except AttributeError:
+                # pyghmi race: another thread marked the session broken and this one saw it
+                # before the error message was stored. The session is still in that table.
+                raise self._login_error(pyghmi_exc.IpmiException(self._late_error(key))) from None
             except OSError as exc:  # name resolution, no route
                 raise Unreachable(self.target, f"cannot reach the BMC: {exc.strerror or exc}") \
                     from None
         return self._cmd
+
+    @staticmethod
+    def _late_error(key: tuple[object, ...]) -> str:
+        session = pyghmi_session.Session.initting_sessions.pop(key, None)
+        for _ in range(50):  # the other thread stores it microseconds later
+            if getattr(session, "errormsg", None) is not None:
+                return str(session.errormsg)
+            time.sleep(0.01)
+        return ""
 
     def _login_error(self, exc: pyghmi_exc.IpmiException) -> DriverError:
         text = str(exc.args[0]) if exc.args and exc.args[0] else ""

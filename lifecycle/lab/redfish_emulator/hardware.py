@@ -30,6 +30,10 @@ class ExtraHardware:
     drive_model: str = "SAMSUNG MZQL23T8HCLS-00A07"
     drive_capacity_bytes: int = 3_840_755_982_336
     serial_prefix: str = "EMU"
+    system_serial: str | None = None
+    """The lab's identity for this system: its serial number, as the inventory records it."""
+    nic_macs: tuple[str, ...] = ()
+    """The system's NICs (replacing the tree's), so the BMC reports the MACs the node really has."""
 
 
 def _link(path: str) -> dict[str, str]:
@@ -150,6 +154,20 @@ def extra_resources(system: Resource, hw: ExtraHardware,
             added[coll] = _collection(coll, "PCIeDeviceCollection", "PCIe Devices", members)
             system_patch["PCIeDevices"] = [_link(m) for m in members]
             system_patch["PCIeDevices@odata.count"] = len(members)
+    if hw.system_serial:
+        system_patch["SerialNumber"] = hw.system_serial
+    if hw.nic_macs:
+        coll = f"{sys_path}/EthernetInterfaces"
+        members = [f"{coll}/NIC{i}" for i in range(len(hw.nic_macs))]
+        for i, (path, mac) in enumerate(zip(members, hw.nic_macs, strict=True)):
+            added[path] = {
+                "@odata.id": path, "@odata.type": "#EthernetInterface.v1_6_0.EthernetInterface",
+                "Id": f"NIC{i}", "Name": f"NIC {i}", "Description": SYNTHETIC,
+                "MACAddress": mac.upper(), "PermanentMACAddress": mac.upper(), "SpeedMbps": 100000,
+                "LinkStatus": "LinkUp", "InterfaceEnabled": True, "Status": {"State": "Enabled", "Health": "OK"},
+            }
+        added[coll] = _collection(coll, "EthernetInterfaceCollection", "Ethernet Interfaces", members)
+        system_patch["EthernetInterfaces"] = _link(coll)
     if hw.drives:
         storage_coll = f"{sys_path}/Storage"
         storage = f"{storage_coll}/NVMe"
