@@ -130,6 +130,25 @@ class OpenSSH:
 
 
 @dataclass(frozen=True)
+class OpenSSHConfig:
+    """The system ``ssh`` client driven by an ssh_config file (host keys, keys, proxies per host).
+
+    The file is the operator's (or the lab's): it must itself pin host keys and
+    key authentication; BatchMode and no-password are enforced here as well.
+    """
+
+    config: Path
+    connect_timeout_s: int = 10
+    binary: str = "ssh"
+    run = OpenSSH.run
+
+    def base_argv(self, target: Target) -> list[str]:
+        return [self.binary, "-F", str(self.config), "-o", "BatchMode=yes", "-o", "PasswordAuthentication=no",
+                "-o", "KbdInteractiveAuthentication=no", "-o", f"ConnectTimeout={self.connect_timeout_s}",
+                "--", target.host]
+
+
+@dataclass(frozen=True)
 class NodeOutcome:
     """One node's fan-out: its result (when one came back) or why there is none."""
 

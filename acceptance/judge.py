@@ -243,6 +243,8 @@ def _fleet(inputs: Sequence[NodeInput], profiles: dict[str, Profile], policy: Ou
             for inp in members:
                 if inp.result is None:
                     continue  # already an error on its own; not a peer
+                if metric.kind not in profile.checks.get(inp.result.level, ()):
+                    continue  # the profile does not ask for this check at this level: nothing to compare
                 value, why = read_metric(inp.result, metric, profile)
                 if value is None:
                     missing[inp.node] = why
@@ -251,6 +253,8 @@ def _fleet(inputs: Sequence[NodeInput], profiles: dict[str, Profile], policy: Ou
             for node, why in missing.items():
                 findings[node].append(NodeFinding(f"fleet.{metric.name}", "error", "fleet", metric.name,
                                                   None, None, f"cannot compare with peers: {why}"))
+            if not values and not missing:
+                continue
             if len(values) < policy.min_peers:
                 stats.append(FleetStat(pname, metric.name, metric.unit, values, None, None, False,
                                        f"{len(values)} node(s) with a value; fleet comparison needs "

@@ -6,6 +6,7 @@ import os
 
 import typer
 
+from lifecycle.cli import accept as _accept
 from lifecycle.cli import bmc as _bmc
 from lifecycle.cli import burnin as _burnin
 from lifecycle.cli import evidence as _evidence
@@ -43,6 +44,7 @@ app.add_typer(_nodes.node_app, name="node")
 app.add_typer(_workflows.app, name="workflows")
 app.add_typer(_image.app, name="image")
 app.command("provision")(_provision.provision_cmd)
+app.command("accept")(_accept.accept_cmd)
 app.add_typer(_provision.boot_app, name="boot")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")

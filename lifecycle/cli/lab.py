@@ -153,6 +153,11 @@ def env(lab_dir: Path = DirOpt) -> None:
              f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)",
              # The controller's own state for this lab lives beside it.
              f"export RACKLIFE_HOME={q(str(Path(state['lab_dir']) / 'controller'))}"]
+    lines.append(f"export RACKLIFE_SSH_CONFIG={q(state['ssh_config'])}")
+    burnin = state.get("burnin") or {}
+    if burnin.get("profile"):
+        lines += [f"export RACKLIFE_BURNIN_PROFILE={q(burnin['profile'])}",
+                  f"export RACKLIFE_BURNIN_PYTHON={q(burnin['python'])}"]
     boot = state.get("boot")
     if boot:
         lines += [f"export RACKLIFE_BOOT_LISTEN={q(boot['listen'])}", f"export RACKLIFE_BOOT_URL={q(boot['url'])}"]

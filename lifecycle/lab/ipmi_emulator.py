@@ -226,10 +226,11 @@ class EmulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
         ident = uuid.UUID(spec.uuid) if spec.uuid else uuid.uuid5(uuid.NAMESPACE_DNS, spec.name)
         super().__init__({spec.username: spec.password}, port=spec.port, bmcuuid=ident,
                          address=address)
-        raw, self.serversocket = self.serversocket, _NonBlockingSocket(self.serversocket)
-        pyghmi_session.iosockets[pyghmi_session.iosockets.index(raw)] = self.serversocket
-        handlers = pyghmi_session.Session.bmc_handlers.pop(raw)
-        pyghmi_session.Session.bmc_handlers[self.serversocket] = handlers
+        raw: Any = getattr(self, "serversocket")  # noqa: B009 - untyped pyghmi attribute
+        wrapped = _NonBlockingSocket(raw)
+        pyghmi_session.iosockets[pyghmi_session.iosockets.index(raw)] = wrapped
+        pyghmi_session.Session.bmc_handlers[wrapped] = pyghmi_session.Session.bmc_handlers.pop(raw)
+        self.serversocket = wrapped
         self.spec = spec
         self.emulator = emulator
         self.mfgid, self.prodid = spec.manufacturer_id, spec.product_id

@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import socket
@@ -135,6 +136,26 @@ def build_inventory(config: RackConfig, nets: dict[str, netns.NodeNet], bmcs: di
     return parse_inventory(json.dumps(doc), "<lab inventory>")
 
 
+def write_lab_profile(sku: str, out: Path) -> Path:
+    """The SKU's burn-in profile as the lab can meet it: no GPU soak, no NVLink link count.
+
+    Lab GPUs are fake tools: there is nothing to run a GEMM on and the fake
+    nvidia-smi reports no NVLink links. Every other threshold is the SKU's own.
+    """
+    from importlib import resources
+
+    text = resources.files("burnin.profiles").joinpath(f"{sku}.toml").read_text(encoding="utf-8")
+    checks = '["gpu", "kernel_xid", "ib", "dcgm", "nccl", "stress", "xid_events"]'
+    if text.count(checks) != 3 or "nvlink_active_links = " not in text:
+        raise RuntimeError(f"profile {sku} changed shape; update write_lab_profile")
+    text = text.replace(checks, '["gpu", "kernel_xid", "ib", "dcgm", "nccl"]')
+    text = re.sub(r"nvlink_active_links = \d+", "nvlink_active_links = 0", text, count=1)
+    text = text.replace(f'name = "{sku}"', f'name = "lab-{sku}"', 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("# Derived by the racklife lab from " + sku + ": no GPU soak, no NVLink count.\n" + text)
+    return out
+
+
 def _free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -213,6 +234,7 @@ class Rack:
         self.ipmi: IpmiEmulator | None = None
         self.kube: KubeStandIn | None = None
         self.boot_forward: netns.Forward | None = None
+        self.burnin_profile: Path | None = None
         self.boot_port = 0
         self.inventory: Inventory | None = None
         self._power: dict[str, ThreadPoolExecutor] = {}
@@ -330,6 +352,7 @@ class Rack:
         for node in self.nodes.values():
             node.prepare()
         ssh.write_config(list(self.nodes.values()))
+        self.burnin_profile = write_lab_profile(c.sku, self.dir / "profiles" / f"lab-{c.sku}.toml")
         self.write_state()
         redfish = self.redfish
         for state in redfish.states.values():  # a tree captured powered off (openbmc) is switched on
@@ -375,6 +398,8 @@ class Rack:
             "ssh_config": str(self.dir / "ssh" / "config"),
             "kubeconfig": str(self.dir / "kube" / "kubeconfig") if self.kube else None,
             "controller": self.net.controller,
+            "burnin": {"profile": str(self.burnin_profile) if self.burnin_profile else None,
+                       "python": sys.executable},
             "boot": {"listen": f"127.0.0.1:{self.boot_port}", "url": f"http://{self.net.controller}:{BOOT_PORT}"}
             if self.boot_port else None,
             "nodes": [{

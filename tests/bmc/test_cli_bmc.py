@@ -11,14 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ipmi_fixtures import (  # noqa: F401 - fixtures
-    PASSWORD,
-    POWER_DELAY_S,
-    BlackHole,
-    Lab,
-    black_hole_fixture,
-    ipmi_lab_fixture,
-)
 from typer.testing import CliRunner, Result
 
 from lifecycle.cli import app
@@ -26,6 +18,14 @@ from lifecycle.drivers.bmc.factory import driver_for, driver_from_args
 from lifecycle.drivers.bmc.ipmi import IpmiDriver
 from lifecycle.drivers.errors import AuthFailed
 from lifecycle.model.inventory import BmcSpec
+from tests.bmc.ipmi_fixtures import (  # noqa: F401 - fixtures
+    PASSWORD,
+    POWER_DELAY_S,
+    BlackHole,
+    Lab,
+    black_hole_fixture,
+    ipmi_lab_fixture,
+)
 
 ENV = "RACKLIFE_TEST_BMC_PASSWORD"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from ipmi_fixtures import (  # noqa: F401 - fixtures
+from lifecycle.drivers.bmc.base import BootDevice, BootMode, PowerAction, PowerState
+from tests.bmc.ipmi_fixtures import (  # noqa: F401 - fixtures
     POWER_DELAY_S,
     SIM_SENSOR,
     SIM_SPEC,
@@ -21,8 +22,6 @@ from ipmi_fixtures import (  # noqa: F401 - fixtures
     ipmi_sim_fixture,
     ipmitool,
 )
-
-from lifecycle.drivers.bmc.base import BootDevice, BootMode, PowerAction, PowerState
 
 
 def test_ipmitool_power_agrees_with_the_driver(ipmi_lab: Lab) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ipmi_fixtures import POWER_DELAY_S, Lab, ipmi_lab_fixture  # noqa: F401 - fixture
 
 from lifecycle.drivers.bmc.base import BootDevice, BootMode, PowerAction, PowerState
 from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed
+from tests.bmc.ipmi_fixtures import POWER_DELAY_S, Lab, ipmi_lab_fixture  # noqa: F401 - fixture
 
 CHASSIS_CONTROL = (0x00, 0x02)
 SET_BOOT = (0x00, 0x08)

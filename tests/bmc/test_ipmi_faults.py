@@ -4,11 +4,11 @@ on top of pyghmi's own and a fresh attempt (not a cached broken session) on the 
 from __future__ import annotations
 
 import pytest
-from ipmi_fixtures import PASSWORD, BlackHole, black_hole_fixture  # noqa: F401 - fixture
 
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.bmc.ipmi import IpmiDriver, parse_address
 from lifecycle.drivers.errors import Unreachable
+from tests.bmc.ipmi_fixtures import PASSWORD, BlackHole, black_hole_fixture  # noqa: F401 - fixture
 
 # pyghmi retransmits the channel-auth request a few times before it gives up; more than this
 # many datagrams for one call would be a retry storm.

@@ -14,6 +14,7 @@ into ``lifecycle.drivers.errors``: no answer is ``Unreachable``, a refused user 
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +52,28 @@ from lifecycle.drivers.errors import (
 )
 
 T = TypeVar("T")
+
+
+def _sendto_keeping_nonblocking(sock: Any, packet: bytes, sockaddr: Any) -> None:
+    """Replacement for pyghmi's ``_io_sendto``, which makes the socket blocking before each send.
+
+    pyghmi sends from whichever thread issues a command and receives in its own I/O thread,
+    which makes the socket non-blocking just before each receive. A send between those two
+    steps leaves the receive blocking forever, and every IPMI session of the process hangs
+    (seen with concurrent drivers). A UDP send seldom blocks: wait until writable instead.
+    """
+    sock = getattr(sock, "fd", sock)  # pyghmi's eventlet convention
+    try:
+        sock.sendto(packet, sockaddr)
+    except BlockingIOError:
+        select.select([], [sock], [], 1.0)
+        with contextlib.suppress(OSError):
+            sock.sendto(packet, sockaddr)
+    except OSError:
+        pass  # as pyghmi does: a lost datagram is retransmitted by the session
+
+
+pyghmi_session._io_sendto = _sendto_keeping_nonblocking
 
 # Chassis Control directives (IPMI 2.0, 28.3).
 _CHASSIS_CONTROL = {

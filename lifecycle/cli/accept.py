@@ -1,0 +1,82 @@
+"""`racklife accept RACK|--nodes …`: burn in, judge, keep the evidence, gate the nodes."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.store import Store
+from lifecycle.store.db import default_home
+
+
+def accept_cmd(
+    rack: str | None = typer.Argument(None, help="Accept every node of this rack."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names instead of a rack."),
+    level: str = typer.Option("quick", "--level", help="quick | standard | full"),
+    report_dir: Path | None = typer.Option(None, "--report-dir", help="Where the JSON, JUnit and HTML reports go."),
+    profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE",
+                                       help="Burn-in profile name or .toml file for every node (default: the SKU)."),
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
+                                    help="ssh_config that reaches the nodes (key auth, pinned host keys)."),
+    burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
+                                      help="Python on the nodes that has racklife's burnin package."),
+    operator: str | None = typer.Option(None, "--operator", help="Who accepts (default: the login name)."),
+    max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024),
+    timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds per node for burn-in."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Accept a rack: passing nodes become `accepted`; failing ones `quarantined` (and drained in Slurm)."""
+    if level not in ("quick", "standard", "full"):
+        fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
+    if (rack is None) == (nodes is None):
+        fail("give a RACK or --nodes (exactly one)", BAD_INPUT)
+    if not ssh_config.is_file():
+        fail(f"ssh config {ssh_config} not found (set --ssh-config or RACKLIFE_SSH_CONFIG)", BAD_INPUT)
+    store = Store()
+    try:
+        if rack is not None:
+            names = [r.name for r in store.nodes(rack=rack)]
+            if not names:
+                fail(f"no nodes in rack '{rack}'", BAD_INPUT)
+        else:
+            names = [n for n in (nodes or "").split(",") if n]
+            known = {r.name for r in store.nodes()}
+            unknown = [n for n in names if n not in known]
+            if unknown or not names:
+                fail(f"unknown node(s): {', '.join(unknown) or '(none given)'}", BAD_INPUT)
+    finally:
+        store.close()
+    from lifecycle.workflows import accept, engine, registry
+
+    registry.launch()
+    try:
+        from dbos import DBOS
+
+        wid = f"accept-{os.urandom(6).hex()}"
+        work = default_home() / "acceptance" / wid
+        settings: dict[str, Any] = {
+            "level": level, "work_dir": str(work), "report_dir": str(report_dir or work / "reports"),
+            "operator": operator or getpass.getuser(), "ssh_config": str(ssh_config.resolve()),
+            "profile": profile, "burnin_python": burnin_python, "max_in_flight": max_in_flight,
+            "timeout_s": timeout,
+        }
+        with engine.with_id(wid):
+            handle = DBOS.start_workflow(accept.accept_nodes, names, settings)
+        err_console.print(f"accepting {len(names)} node(s) at level {level} as run {wid}; "
+                          f"reports in {settings['report_dir']}")
+        verdicts: list[dict[str, Any]] = handle.get_result()
+    finally:
+        engine.shutdown()
+    if as_json:
+        emit_json({"run_id": wid, "report_dir": settings["report_dir"], "nodes": verdicts})
+    else:
+        emit_table(f"acceptance {wid}", ["node", "verdict", "state", "why"],
+                   [(v["node"], "PASS" if v["passed"] else "FAIL", v["state"], "; ".join(v["reasons"])[:200])
+                    for v in verdicts])
+    if not all(v["passed"] for v in verdicts):
+        raise typer.Exit(FAILED)

@@ -1,0 +1,114 @@
+"""`racklife accept` on an 8-node lab rack with two faulty nodes, from provisioning to the join gate.
+
+node-03 has slow NVLink (low all_reduce busbw), node-06 an InfiniBand port
+down. Acceptance passes six, quarantines two with the right reasons (and
+drains them in Slurm, owned by the run), writes the JSON, JUnit and HTML
+reports; the JUnit validates; the HTML renders in headless Chromium with the
+right counts; the evidence bundle verifies and fails once tampered with; and
+only accepted nodes may join Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import xmlschema
+
+from lifecycle.drivers.slurm.driver import SlurmDriver
+from lifecycle.drivers.slurm.runner import CommandRunner
+from tests.acceptance.test_reports import CHROMIUM_FLAGS, _Page
+from tests.e2e.conftest import RunningLab
+
+pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+FAULTY = {"node-03": "slow-nvlink", "node-06": "ib-down"}
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[RunningLab]:
+    lab = RunningLab(8, FAULTY)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def accepted(lab: RunningLab, minimal_image: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    assert lab.racklife("inventory", "import", str(lab.inventory)).returncode == 0
+    prov = lab.racklife("provision", "--all", "--boot-timeout", "60", "--images", str(minimal_image))
+    assert prov.returncode == 0, prov.stdout + prov.stderr
+    reports = tmp_path_factory.mktemp("reports")
+    res = lab.racklife("accept", "rack-1", "--level", "quick", "--report-dir", str(reports), "--json",
+                       "--operator", "ops@example", timeout=900)
+    assert res.returncode == 1, res.stdout + res.stderr  # two nodes failed
+    return json.loads(res.stdout) | {"reports": reports}
+
+
+def test_six_pass_two_quarantined_with_reasons(lab: RunningLab, accepted: dict[str, object]) -> None:
+    verdicts = {v["node"]: v for v in accepted["nodes"]}  # type: ignore[attr-defined]
+    assert sorted(n for n, v in verdicts.items() if v["passed"]) == sorted(set(verdicts) - set(FAULTY))
+    assert all(v["state"] == "accepted" for n, v in verdicts.items() if n not in FAULTY)
+    for node in FAULTY:
+        assert verdicts[node]["state"] == "quarantined"
+    assert any("busbw" in r or "all_reduce" in r for r in verdicts["node-03"]["reasons"]), verdicts["node-03"]
+    assert any("ib" in r.lower() and "down" in r.lower() for r in verdicts["node-06"]["reasons"]), verdicts["node-06"]
+    listed = {n["name"]: n["state"] for n in json.loads(lab.racklife("nodes", "list", "--json").stdout)}
+    assert listed == {n: v["state"] for n, v in verdicts.items()}
+    shown = json.loads(lab.racklife("node", "show", "node-01", "--json").stdout)
+    assert shown["acceptance"][0]["passed"] is True and shown["acceptance"][0]["accepted_by"] == "ops@example"
+
+
+def test_quarantined_training_nodes_are_drained_by_racklife(lab: RunningLab, accepted: dict[str, object]) -> None:
+    slurm = SlurmDriver(CommandRunner(env=lab.env))
+    for node in FAULTY:
+        n = slurm.node(node)
+        assert n.state.drain and n.owner.kind == "racklife" and n.owner.run_id == accepted["run_id"]
+    assert not slurm.node("node-01").state.drain
+
+
+def test_reports_junit_and_html(accepted: dict[str, object], repo_dir: Path, tmp_path: Path) -> None:
+    reports = Path(str(accepted["reports"]))
+    names = sorted(p.name for p in reports.iterdir())
+    assert any(n.endswith(".json") for n in names) and any(n.endswith(".xml") for n in names)
+    junit = next(reports.glob("*.xml"))
+    xmlschema.XMLSchema(repo_dir / "tests" / "acceptance" / "data" / "JUnit.xsd").validate(str(junit))
+    html = next(reports.glob("*.html"))
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian package 'chromium' is required"
+    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / "accept.png"
+    subprocess.run([*base, "--window-size=1200,2400", f"--screenshot={shot}", html.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = subprocess.run([*base, "--dump-dom", html.as_uri()], check=True, capture_output=True, timeout=120,
+                         text=True).stdout
+    page = _Page()
+    page.feed(dom)
+    assert page.ids == {"count-total": "8", "count-pass": "6", "count-fail": "2"}
+
+
+def test_evidence_verifies_then_detects_tampering(lab: RunningLab, accepted: dict[str, object]) -> None:
+    shown = json.loads(lab.racklife("node", "show", "node-02", "--json").stdout)
+    record_id = shown["acceptance"][0]["id"]
+    run_dir = Path(lab.env["RACKLIFE_HOME"]) / "acceptance" / str(accepted["run_id"]) / "evidence"
+    assert record_id.startswith(str(accepted["run_id"]))
+    ok = lab.racklife("evidence", "verify", str(run_dir))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    victim = next(p for p in sorted(run_dir.rglob("result.json")))
+    victim.write_text(victim.read_text().replace('"fail"', '"pass"').replace('"error"', '"pass"') + " ")
+    bad = lab.racklife("evidence", "verify", str(run_dir))
+    assert bad.returncode == 1 and victim.name in bad.stdout + bad.stderr
+
+
+def test_join_gate_follows_acceptance(lab: RunningLab, accepted: dict[str, object]) -> None:
+    ok = lab.racklife("slurm", "join", "node-01", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert json.loads(ok.stdout)[0]["state"] == "in_service"
+    refused = lab.racklife("slurm", "join", "node-03", "--json")
+    assert refused.returncode == 5
+    assert "acceptance" in json.loads(refused.stdout)[0]["reason"]
