@@ -53,4 +53,4 @@ def bench(session: nox.Session) -> None:
 def lab(session: nox.Session) -> None:
     """The embedded demo: bring up the lab rack, tour it, tear it down."""
     _install(session, "drivers", "lab")
-    session.run("python", "-m", "lifecycle.lab.tour", *session.posargs)
+    session.run("racklife", "lab", "tour", *session.posargs)

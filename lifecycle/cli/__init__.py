@@ -8,6 +8,7 @@ import typer
 
 from lifecycle.cli import accept as _accept
 from lifecycle.cli import bmc as _bmc
+from lifecycle.cli import build as _build
 from lifecycle.cli import burnin as _burnin
 from lifecycle.cli import evidence as _evidence
 from lifecycle.cli import image as _image
@@ -16,6 +17,7 @@ from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import provision as _provision
 from lifecycle.cli import slurm as _slurm
+from lifecycle.cli import tour as _tour
 from lifecycle.cli import workflows as _workflows
 
 app = typer.Typer(
@@ -45,6 +47,7 @@ app.add_typer(_workflows.app, name="workflows")
 app.add_typer(_image.app, name="image")
 app.command("provision")(_provision.provision_cmd)
 app.command("accept")(_accept.accept_cmd)
+app.command("build")(_build.build_cmd)
 app.add_typer(_provision.boot_app, name="boot")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")
@@ -52,6 +55,9 @@ app.add_typer(_evidence.app, name="evidence")
 app.add_typer(_burnin.app, name="burnin")
 app.add_typer(_bmc.app, name="bmc")
 app.add_typer(_lab.app, name="lab")
+
+
+_lab.app.command("tour")(_tour.tour_cmd)
 
 
 def main() -> None:
