@@ -6,43 +6,60 @@ import os
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["ci"]
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ["lifecycle", "burnin", "acceptance", "stacks"]
+EXTRAS = "test,lint,typecheck,drivers,lab"
 
 
-def _install(session: nox.Session, *extras: str) -> None:
-    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+def _install(session: nox.Session) -> None:
+    session.install("-e", f".[{EXTRAS}]")
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """The test suite (pytest with pytest-xdist). Extra arguments go to pytest."""
-    _install(session, "test", "drivers", "lab")
+def _lint(session: nox.Session) -> None:
+    session.run("ruff", "check", ".")
+    session.run("lint-imports")
+
+
+def _pytest(session: nox.Session) -> None:
     args = session.posargs or ["-n", os.environ.get("RACKLIFE_TEST_WORKERS", "2"), "--dist", "loadgroup"]
     session.run("pytest", *args)
 
 
 @nox.session
+def ci(session: nox.Session) -> None:
+    """What CI runs (`./dev test`): lint, type-check and the test suite, in one virtualenv."""
+    _install(session)
+    _lint(session)
+    session.run("mypy")
+    _pytest(session)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (pytest with pytest-xdist). Extra arguments go to pytest."""
+    _install(session)
+    _pytest(session)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff on everything, and the import-linter contracts that enforce DESIGN.md's layers."""
-    _install(session, "lint", "drivers", "lab")
-    session.run("ruff", "check", ".")
-    session.run("lint-imports")
+    _install(session)
+    _lint(session)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the packages."""
-    _install(session, "typecheck", "drivers", "lab")
+    _install(session)
     session.run("mypy", *session.posargs)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Every benchmark under bench/, printing the figures its issue asks for."""
-    _install(session, "test", "drivers", "lab")
+    """Every benchmark under bench/ (or those named: `nox -s bench -- bmc slurm`), printing its figures."""
+    _install(session)
     only = session.posargs
     for name in sorted(os.listdir("bench")):
         if name.endswith(".py") and not name.startswith("_") and (not only or name[:-3] in only):
@@ -51,6 +68,6 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def lab(session: nox.Session) -> None:
-    """The embedded demo: bring up the lab rack, tour it, tear it down."""
-    _install(session, "drivers", "lab")
+    """The embedded demo: bring up the lab rack, build it end to end, use it, tear it down (root)."""
+    _install(session)
     session.run("racklife", "lab", "tour", *session.posargs)

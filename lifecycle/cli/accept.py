@@ -53,7 +53,7 @@ def accept_cmd(
         store.close()
     from lifecycle.workflows import accept, engine, registry
 
-    registry.launch()
+    registry.launch(role="accept")
     try:
         from dbos import DBOS
 

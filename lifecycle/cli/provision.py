@@ -62,13 +62,25 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
         fail(f"image '{image}' is not built (have: {', '.join(sorted(images))})", BAD_INPUT)
     settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
                                            boot_timeout_s=boot_timeout).to_json()
+    inspector = engine.Inspector()
+    try:
+        pending = [r for r in inspector.list_runs(status="PENDING", name="provision_many")
+                   if r.executor == f"{engine.executor_id()}/provision"]
+    finally:
+        inspector.close()
     server.start()
     try:
-        registry.launch()
+        registry.launch(role="provision")  # recovers this controller's unfinished provisioning runs
         provision.register_provision_queue(max_in_flight)
-        handle = engine.start(provision.provision_many, names, image, settings)
-        err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
-                          f"(max {max_in_flight} in flight); boot server {server.url}")
+        if pending:
+            # A provisioning run of this controller was cut off: finish it before anything new.
+            handle = engine.retrieve(pending[0].id)
+            err_console.print(f"resuming provisioning run {pending[0].id}, cut off earlier; its nodes and "
+                              f"settings are the ones it started with; boot server {server.url}")
+        else:
+            handle = engine.start(provision.provision_many, names, image, settings)
+            err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
+                              f"(max {max_in_flight} in flight); boot server {server.url}")
         result: list[dict[str, Any]] = handle.get_result()
         return result
     finally:

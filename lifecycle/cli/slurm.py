@@ -134,7 +134,7 @@ def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[
         fail(str(exc))
     finally:
         store.close()
-    registry.launch()
+    registry.launch(role="slurm")
     try:
         func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
         handles = [engine.start(func, n, *args) for n in dict.fromkeys(nodes)]

@@ -16,12 +16,11 @@ app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=Tru
 _STATUSES = ("PENDING", "SUCCESS", "ERROR", "CANCELLED", "ENQUEUED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")
 
 
-def _launch() -> Any:
+def _inspector() -> Any:
     # DBOS is heavy to import: only commands that need it pay for it.
-    from lifecycle.workflows import engine, registry
+    from lifecycle.workflows import engine
 
-    registry.launch()
-    return engine
+    return engine.Inspector()
 
 
 def _run_json(r: engine.RunInfo) -> dict[str, Any]:
@@ -37,11 +36,11 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
     """List workflow runs, newest first."""
     if status is not None and status.upper() not in _STATUSES:
         fail(f"unknown status '{status}' (one of {', '.join(_STATUSES)})", BAD_INPUT)
-    engine = _launch()
+    insp = _inspector()
     try:
-        runs = engine.list_runs(status=status.upper() if status else None, limit=limit)
+        runs = insp.list_runs(status=status.upper() if status else None, limit=limit)
     finally:
-        engine.shutdown()
+        insp.close()
     if as_json:
         emit_json([_run_json(r) for r in runs])
         return
@@ -53,14 +52,14 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
 @app.command()
 def show(run_id: str, as_json: bool = JsonOpt) -> None:
     """Show a run and its checkpointed steps."""
-    engine = _launch()
+    insp = _inspector()
     try:
-        run = engine.get_run(run_id)
+        run = insp.get_run(run_id)
         if run is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
-        steps = engine.run_steps(run_id)
+        steps = insp.run_steps(run_id)
     finally:
-        engine.shutdown()
+        insp.close()
     if as_json:
         emit_json(_run_json(run) | {"steps": [
             {"step": s.step, "name": s.name, "output": s.output, "error": s.error} for s in steps]})
@@ -74,23 +73,29 @@ def show(run_id: str, as_json: bool = JsonOpt) -> None:
 @app.command()
 def cancel(run_id: str) -> None:
     """Cancel a run: it stops at its next step boundary and is not recovered."""
-    engine = _launch()
+    insp = _inspector()
     try:
-        if engine.get_run(run_id) is None:
+        if insp.get_run(run_id) is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
-        engine.cancel(run_id)
+        insp.cancel(run_id)
     finally:
-        engine.shutdown()
+        insp.close()
     out_console.print(f"cancelled {run_id}")
 
 
 @app.command()
 def resume(run_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
     """Resume a cancelled or failed run from its last checkpointed step."""
-    engine = _launch()
+    insp = _inspector()
     try:
-        if engine.get_run(run_id) is None:
+        if insp.get_run(run_id) is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
+    finally:
+        insp.close()
+    from lifecycle.workflows import engine, registry
+
+    registry.launch(role="resume")
+    try:
         result = engine.resume(run_id, wait=wait)
     finally:
         engine.shutdown()

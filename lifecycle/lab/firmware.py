@@ -9,6 +9,7 @@ same here, so provisioning in the lab runs the real token protocol.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -37,10 +38,13 @@ def phone_home_payload(script: str, macs: Sequence[str]) -> tuple[str, dict[str,
 
 
 def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0,
-                        run_in: Callable[[Callable[[], None]], None] | None = None) -> Callable[[_Booted], None]:
+                        run_in: Callable[[Callable[[], None]], None] | None = None,
+                        retry_for_s: float = 120.0) -> Callable[[_Booted], None]:
     """A phone-home callable for a simulated node whose NICs have ``macs``.
 
     ``run_in`` runs the POST where the node lives (its network namespace).
+    Like the minimal image, a node keeps trying while the boot server does not
+    answer (a controller being restarted); a refusal (403) is final.
     Booted from local disk (no iPXE script): nothing to report, as on real hardware.
     """
 
@@ -53,13 +57,20 @@ def racklife_phone_home(macs: Sequence[str], timeout_s: float = 10.0,
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
         def post() -> None:
-            try:
-                with opener.open(req, timeout=timeout_s) as resp:
-                    resp.read()
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")
-                exc.close()
-                raise PhoneHomeRefused(f"phone-home refused: HTTP {exc.code} {detail}") from None
+            deadline = time.monotonic() + retry_for_s
+            while True:
+                try:
+                    with opener.open(req, timeout=timeout_s) as resp:
+                        resp.read()
+                    return
+                except urllib.error.HTTPError as exc:
+                    detail = exc.read().decode(errors="replace")
+                    exc.close()
+                    raise PhoneHomeRefused(f"phone-home refused: HTTP {exc.code} {detail}") from None
+                except (urllib.error.URLError, OSError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
 
         (run_in or (lambda f: f()))(post)
 

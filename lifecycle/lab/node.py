@@ -144,6 +144,7 @@ class SimNode:
     def __init__(self, spec: NodeSpec, net: netns.NodeNet, lab_dir: Path, ssh: LabSsh, *,
                  fault: Fault = HEALTHY, on_boot: Sequence[Hook] = (), on_shutdown: Sequence[Hook] = (),
                  wait: Callable[[threading.Event, float], bool] | None = None) -> None:
+        self.boots = 0  # power-ons seen: the lab's independent count of boots
         self.spec = spec
         self.net = net
         self.ssh = ssh
@@ -230,6 +231,7 @@ class SimNode:
                 return
             self.state = "booting"
             self.boot_error = None
+            self.boots += 1
             self._cancel = threading.Event()
             self._up.clear()
             self._boot_thread = threading.Thread(target=self._boot, args=(self._cancel,),

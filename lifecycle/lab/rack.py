@@ -407,7 +407,7 @@ class Rack:
                 "pool": inv[n.name].pool if n.name in inv else None,
                 "bmc": {"driver": inv[n.name].bmc.driver, "address": inv[n.name].bmc.address}
                 if n.name in inv else None,
-                "power": n.power_state, "state": n.state, "boot_error": n.boot_error,
+                "power": n.power_state, "state": n.state, "boot_error": n.boot_error, "boots": n.boots,
                 "dir": str(n.dir),
             } for n in self.nodes.values()],
         }

@@ -11,7 +11,12 @@ step. What we design for (DBOS traits):
   pinned and bumped deliberately; a changed step inside a released workflow
   uses ``DBOS.patch`` instead of a bump.
 * Each controller has a stable ``executor_id`` (``RACKLIFE_EXECUTOR_ID``, else
-  the host name) so it recovers exactly its own pending workflows.
+  the host name) so it recovers exactly its own pending workflows. racklife's
+  commands are short-lived processes, so the id also names the command's role
+  (``HOST/provision``, ``HOST/accept``, …): ``racklife provision`` started
+  after a crash recovers and finishes the provisioning runs that crash cut
+  off, and nothing else; a command that only looks (``workflows list``) does
+  not launch DBOS at all (:class:`Inspector`).
 * Queues are registered after launch (``register_queue``).
 """
 
@@ -23,7 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID
+import sqlalchemy as sa
+from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
 from lifecycle.store import db
 
@@ -36,10 +42,10 @@ def executor_id() -> str:
     return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
 
 
-def launch(url: str | None = None, *, executor: str | None = None) -> str:
+def launch(url: str | None = None, *, executor: str | None = None, role: str = "cli") -> str:
     """Configure and launch DBOS on ``url`` (default: the store's URL); return the URL.
 
-    Pending workflows of this executor and version are recovered on launch.
+    Pending workflows of this executor (``HOST/ROLE``) and version are recovered on launch.
     """
     global _launched_url
     url = url or db.default_url()
@@ -53,7 +59,7 @@ def launch(url: str | None = None, *, executor: str | None = None) -> str:
         "name": "racklife",
         "system_database_url": url,
         "application_version": APP_VERSION,
-        "executor_id": executor or executor_id(),
+        "executor_id": executor or f"{executor_id()}/{role}",
         "log_level": os.environ.get("RACKLIFE_DBOS_LOG_LEVEL", "WARNING"),
         "notification_listener_polling_interval_sec": 0.1,
     }
@@ -76,6 +82,10 @@ def register_queue(name: str, concurrency: int) -> None:
 def start(func: Any, *args: Any) -> Any:
     """Start a workflow in the background; returns its handle (``get_workflow_id``, ``get_result``)."""
     return DBOS.start_workflow(func, *args)
+
+
+def retrieve(workflow_id: str) -> Any:
+    return DBOS.retrieve_workflow(workflow_id)
 
 
 def step_token(run_id: str, step: str) -> str:
@@ -124,26 +134,57 @@ def _info(s: Any) -> RunInfo:
     )
 
 
-def list_runs(status: str | None = None, name: str | None = None, limit: int = 100) -> list[RunInfo]:
+class Inspector:
+    """Reads and cancels runs through the database only (DBOSClient): no launch, so no recovery.
+
+    Launching DBOS recovers this executor's unfinished workflows and runs them;
+    a command that only looks (``workflows list``) must never do that.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        url = url or db.default_url()
+        if db.is_sqlite(url):
+            db.prepare_sqlite(url)
+        probe = sa.create_engine(db.sqlalchemy_url(url))
+        try:
+            # A database no workflow has run on yet has no DBOS tables: nothing to list.
+            self.empty = not sa.inspect(probe).has_table(
+                "workflow_status", schema=None if db.is_sqlite(url) else "dbos")
+        finally:
+            probe.dispose()
+        self._client = DBOSClient(system_database_url=url)
+
+    def close(self) -> None:
+        self._client.destroy()
+
+    def list_runs(self, status: str | list[str] | None = None, name: str | None = None,
+                  limit: int = 100) -> list[RunInfo]:
+        if self.empty:
+            return []
+        runs = self._client.list_workflows(status=status, name=name, limit=limit, sort_desc=True)
+        return [_info(s) for s in runs]
+
+    def get_run(self, workflow_id: str) -> RunInfo | None:
+        if self.empty:
+            return None
+        runs = self._client.list_workflows(workflow_ids=[workflow_id])
+        return _info(runs[0]) if runs else None
+
+    def run_steps(self, workflow_id: str) -> list[StepRecord]:
+        return [
+            StepRecord(s["function_id"], s["function_name"], s["output"],
+                       str(s["error"]) if s["error"] else None)
+            for s in self._client.list_workflow_steps(workflow_id)
+        ]
+
+    def cancel(self, workflow_id: str) -> None:
+        self._client.cancel_workflow(workflow_id)
+
+
+def list_runs(status: str | list[str] | None = None, name: str | None = None, limit: int = 100) -> list[RunInfo]:
+    """Runs, newest first, from the launched DBOS of this process."""
     runs = DBOS.list_workflows(status=status, name=name, limit=limit, sort_desc=True)
     return [_info(s) for s in runs]
-
-
-def get_run(workflow_id: str) -> RunInfo | None:
-    runs = DBOS.list_workflows(workflow_ids=[workflow_id])
-    return _info(runs[0]) if runs else None
-
-
-def run_steps(workflow_id: str) -> list[StepRecord]:
-    return [
-        StepRecord(s["function_id"], s["function_name"], s["output"],
-                   str(s["error"]) if s["error"] else None)
-        for s in DBOS.list_workflow_steps(workflow_id)
-    ]
-
-
-def cancel(workflow_id: str) -> None:
-    DBOS.cancel_workflow(workflow_id)
 
 
 def resume(workflow_id: str, wait: bool = True) -> Any:

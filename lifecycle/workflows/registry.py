@@ -8,5 +8,5 @@ from lifecycle.workflows import accept, engine, node_ops, provision, slurm_pool
 MODULES = (accept, node_ops, provision, slurm_pool)
 
 
-def launch(url: str | None = None) -> str:
-    return engine.launch(url)
+def launch(url: str | None = None, role: str = "cli") -> str:
+    return engine.launch(url, role=role)

@@ -23,12 +23,13 @@ def run(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Com
 
 
 class RunningLab:
-    def __init__(self, nodes: int, faults: dict[str, str] | None = None) -> None:
+    def __init__(self, nodes: int, faults: dict[str, str] | None = None, boot_time: float = 1.0) -> None:
         assert os.geteuid() == 0, "end-to-end lab tests need root (network namespaces, daemons)"
         self.root = Path(tempfile.mkdtemp(prefix="rle", dir="/tmp"))
         self.dir = self.root / "lab"
         self.prefix = f"rle{os.getpid() % 10000}-"
-        args = ["lab", "up", "--nodes", str(nodes), "--dir", str(self.dir), "--prefix", self.prefix]
+        args = ["lab", "up", "--nodes", str(nodes), "--dir", str(self.dir), "--prefix", self.prefix,
+                "--boot-time", str(boot_time)]
         if faults:
             ffile = self.root / "faults.yaml"
             ffile.write_text("".join(f"{k}: {v}\n" for k, v in faults.items()))
