@@ -248,7 +248,9 @@ class SimNode:
                 return
             script = self._fetch_boot_script()
             booted_at = time.time()
-            self._phone_home(BootReport(self.name, self.net.mac, self.net.address, booted_at, script))
+            if script is not None or not self.spec.boot_url:
+                # A node that fell through to its disk was not network-booted: nothing to report.
+                self._phone_home(BootReport(self.name, self.net.mac, self.net.address, booted_at, script))
             with self._lock:
                 if cancel.is_set():
                     return

@@ -40,6 +40,9 @@ def boot_server(lab_prefix: str) -> Iterator[tuple[LabNet, BootServer]]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path.startswith("/broken/"):
+                self.send_error(500)
+                return
             if not self.path.startswith("/boot/"):
                 self.send_error(404)
                 return
@@ -173,9 +176,10 @@ def test_power_off_during_boot_cancels_it(boot_server: tuple[LabNet, BootServer]
     assert not node.wait_up(0)
 
 
-def test_failed_network_boot_leaves_the_node_on_without_ssh(
+def test_no_pending_network_boot_boots_from_disk(
     boot_server: tuple[LabNet, BootServer], tmp_path: Path
 ) -> None:
+    """404 for this MAC (nothing to install): like real firmware, fall through to the local disk."""
     net, server = boot_server
     reports: list[BootReport] = []
     hooks: list[str] = []
@@ -183,12 +187,29 @@ def test_failed_network_boot_leaves_the_node_on_without_ssh(
                       phone_home=reports.append)]
     (node,) = make_nodes(net, tmp_path, specs, hooks)
     node.power_on()
+    assert node.wait_up(30)
+    assert node.state == "up" and node.sshd_pid is not None
+    assert reports == [] and hooks == ["boot node-a"]
+    node.power_off()
+    assert node.state == "off" and node.sshd_pid is None
+
+
+def test_failed_network_boot_leaves_the_node_on_without_ssh(
+    boot_server: tuple[LabNet, BootServer], tmp_path: Path
+) -> None:
+    """The boot server answers with an error: the boot fails; the node stays on, without sshd."""
+    net, server = boot_server
+    reports: list[BootReport] = []
+    hooks: list[str] = []
+    specs = [NodeSpec("node-a", "h100-sxm-8", boot_time_s=0, boot_url=server.url + "/broken/{mac}",
+                      phone_home=reports.append)]
+    (node,) = make_nodes(net, tmp_path, specs, hooks)
+    node.power_on()
     assert not node.wait_up(0.5)
     assert node.state == "boot_failed" and node.power_state == "On"
-    assert node.boot_error is not None and "404" in node.boot_error
+    assert node.boot_error is not None and "500" in node.boot_error
     assert node.sshd_pid is None and reports == [] and hooks == []
     node.power_off()
-    assert node.state == "off"
 
 
 def test_phone_home_callable_gets_the_boot_report(boot_server: tuple[LabNet, BootServer], tmp_path: Path) -> None:
