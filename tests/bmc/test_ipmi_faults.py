@@ -23,10 +23,10 @@ def test_unreachable_bmc_gives_unreachable_without_a_retry_storm(black_hole: Bla
     assert first.value.exit_code == 3
     assert PASSWORD not in str(first.value)
     sent = black_hole.datagrams
-    assert 1 <= sent <= MAX_DATAGRAMS_PER_CALL
+    assert 0 < sent <= MAX_DATAGRAMS_PER_CALL
     with pytest.raises(Unreachable):
         driver.power_state()
-    assert 1 <= black_hole.datagrams - sent <= MAX_DATAGRAMS_PER_CALL
+    assert 0 < black_hole.datagrams - sent <= MAX_DATAGRAMS_PER_CALL
 
 
 @pytest.mark.parametrize(("address", "expected"), [
