@@ -2,7 +2,7 @@
 
 The lab counts every power-on of every node itself (its own record, not
 racklife's). After the crash and the restart each node has booted once at
-`lab up` plus once per boot attempt its workflow made: no node was
+`lab up` plus at most once per boot attempt its workflow made: no node was
 power-cycled twice for the same step. (A node cycled just before the kill
 may find no boot server, boot from disk and never phone home; its workflow
 then times out and makes attempt 2, a new step with a new token — that is
@@ -75,6 +75,10 @@ def test_kill_and_restart_mid_rack(lab16: RunningLab, minimal_image: Path, tmp_p
     boots = {n["name"]: n["boots"] for n in status["nodes"]}
     attempts = {o["node"]: sum(s.startswith("boot attempt") for s in o["steps"]) for o in outcomes}
     assert all(1 <= a <= 2 for a in attempts.values()), attempts
-    assert boots == {n: 1 + attempts[n] for n in boots}, (boots, attempts)
-    assert sum(a == 1 for a in attempts.values()) >= 12, attempts
+    # Never more provisioning boots than attempts: no step power-cycled a node twice. (One fewer is
+    # possible for a node whose cycle was claimed but not yet sent when the controller died: the
+    # claim makes the cycle at-most-once, and the attempt's timeout brings the retry.)
+    for n in boots:
+        assert 1 <= boots[n] - 1 <= attempts[n], (n, boots, attempts)
+    assert sum(boots[n] - 1 == attempts[n] == 1 for n in boots) >= 12, (boots, attempts)
     assert os.path.exists(lab16.env["RACKLIFE_HOME"])
