@@ -142,6 +142,16 @@ def inventory(lab_dir: Path = DirOpt) -> None:
     sys.stdout.write(Path(state["inventory"]).read_text(encoding="utf-8"))
 
 
+def parse_exports(text: str) -> dict[str, str]:
+    """The variables a `racklife lab env` output sets (what `eval` would do), for programs."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            found[key] = shlex.split(value)[0]
+    return found
+
+
 @app.command("env")
 def env(lab_dir: Path = DirOpt) -> None:
     """Print shell exports for clients of the running lab: eval "$(racklife lab env)"."""

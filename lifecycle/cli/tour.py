@@ -21,6 +21,7 @@ from pathlib import Path
 import typer
 
 from lifecycle.cli._common import FAILED, err_console, out_console
+from lifecycle.cli.lab import parse_exports
 from lifecycle.lab import rack
 
 FAULTY = ("node-03", "slow-nvlink")
@@ -56,11 +57,7 @@ def tour(nodes: int, lab_dir: Path, prefix: str) -> None:
                     "--faults", str(faults)])
         try:
             exports = _run(base, [exe, "lab", "env", "--dir", str(lab_dir)], capture=True).stdout
-            env = dict(base)
-            for line in exports.splitlines():
-                if line.startswith("export "):
-                    key, _, value = line.removeprefix("export ").partition("=")
-                    env[key] = shlex.split(value)[0]
+            env = base | parse_exports(exports)
             inventory = env["RACKLIFE_INVENTORY"]
             cache = Path.home() / ".cache" / "racklife" / "debs"
             _run(env, [exe, "image", "build", "minimal", "--cache", str(cache)])

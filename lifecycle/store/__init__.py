@@ -7,6 +7,7 @@ from lifecycle.store.store import (
     NodeRecord,
     Store,
     StoreError,
+    shared_store,
 )
 
-__all__ = ["AcceptanceRecord", "ImportReport", "NodeNotFound", "NodeRecord", "Store", "StoreError"]
+__all__ = ["AcceptanceRecord", "ImportReport", "NodeNotFound", "NodeRecord", "Store", "StoreError", "shared_store"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -317,6 +318,23 @@ class Store:
             raise IllegalTransition(node, current, "join",
                                     f"acceptance record {record_id} predates the node's last "
                                     "provisioning (fail closed)")
+
+
+_shared: dict[str, Store] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_store(url: str | None = None) -> Store:
+    """One Store (one engine and connection pool) per database for this process.
+
+    Workflow steps run many times per node; opening an engine (and checking the
+    schema) in every step was work repeated on the provisioning hot path.
+    """
+    key = url or db.default_url()
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Store(key)
+        return _shared[key]
 
 
 def validity(days: int) -> timedelta:

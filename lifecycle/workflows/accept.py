@@ -25,7 +25,7 @@ from acceptance.judge import judge_rack
 from acceptance.reports import ReportInput, write_reports
 from burnin.result import load_result
 from lifecycle import __version__
-from lifecycle.store import AcceptanceRecord, Store
+from lifecycle.store import AcceptanceRecord, shared_store
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
@@ -54,19 +54,12 @@ class NodeVerdict:
     slurm_drain: str | None = None
 
 
-def _store() -> Store:
-    return Store()
-
-
 @DBOS.step()
 def burn_in(nodes: list[str], settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run burn-in on every node (bounded, per-node timeout); return where each result landed."""
     cfg = AcceptSettings(**settings)
-    store = _store()
-    try:
-        skus = {n: store.get(n).sku for n in nodes}
-    finally:
-        store.close()
+    store = shared_store()
+    skus = {n: store.get(n).sku for n in nodes}
     transport = OpenSSHConfig(Path(cfg.ssh_config))
     out: dict[str, dict[str, Any]] = {}
     by_profile: dict[str, list[str]] = {}
@@ -91,46 +84,43 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
 
     cfg = AcceptSettings(**settings)
     run_id = current_run_id()
-    store = _store()
-    try:
-        recs = {n: store.get(n) for n in nodes}
-        inputs = []
-        for n in nodes:
-            c = collected[n]
-            result = None
-            if c["local_dir"] and (Path(c["local_dir"]) / "result.json").is_file():
-                result = load_result((Path(c["local_dir"]) / "result.json").read_text(encoding="utf-8"))
-            outcome = NodeOutcome(n, c["status"], c["reason"], result,
-                                  Path(c["local_dir"]) if c["local_dir"] else None, None,
-                                  c["started_at"], c["ended_at"])
-            inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack))
-        judgement = judge_rack(inputs)
-        ended = datetime.now(UTC).isoformat(timespec="seconds")
-        racks = sorted({r.rack for r in recs.values()})
-        meta = BundleMeta(",".join(racks), cfg.operator, started_at, ended, __version__, cfg.level,
-                          policy=f"racklife accept ({cfg.operator})")
-        evidence_dir = Path(cfg.work_dir) / "evidence"
-        node_dirs = {n: Path(c["local_dir"]) for n, c in collected.items() if c["local_dir"]}
-        digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta)
-        write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, evidence_digest=digest))
-        verdicts = []
-        now = datetime.now(UTC)
-        existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
-        for j in judgement.nodes:
-            rec_id = f"{run_id}:{j.node}"
-            pool = store.pool(recs[j.node].pool)
-            summary = {"verdict": j.verdict, "reasons": j.reasons(), "profile": j.profile,
-                       "report_dir": cfg.report_dir,
-                       "findings": [json.loads(json.dumps(asdict(f), default=str)) for f in j.findings]}
-            if rec_id not in existing[j.node]:  # a step re-run after a crash must not insert twice
-                store.add_acceptance_record(AcceptanceRecord(
-                    rec_id, j.node, j.passed, cfg.level, j.profile, now,
-                    now + timedelta(days=pool.acceptance_validity_days), cfg.operator, run_id, summary,
-                    str(evidence_dir), digest))
-            verdicts.append(asdict(NodeVerdict(j.node, j.passed, "", j.reasons(), rec_id)))
-        return verdicts
-    finally:
-        store.close()
+    store = shared_store()
+    recs = {n: store.get(n) for n in nodes}
+    inputs = []
+    for n in nodes:
+        c = collected[n]
+        result = None
+        if c["local_dir"] and (Path(c["local_dir"]) / "result.json").is_file():
+            result = load_result((Path(c["local_dir"]) / "result.json").read_text(encoding="utf-8"))
+        outcome = NodeOutcome(n, c["status"], c["reason"], result,
+                              Path(c["local_dir"]) if c["local_dir"] else None, None,
+                              c["started_at"], c["ended_at"])
+        inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack))
+    judgement = judge_rack(inputs)
+    ended = datetime.now(UTC).isoformat(timespec="seconds")
+    racks = sorted({r.rack for r in recs.values()})
+    meta = BundleMeta(",".join(racks), cfg.operator, started_at, ended, __version__, cfg.level,
+                      policy=f"racklife accept ({cfg.operator})")
+    evidence_dir = Path(cfg.work_dir) / "evidence"
+    node_dirs = {n: Path(c["local_dir"]) for n, c in collected.items() if c["local_dir"]}
+    digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta)
+    write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, evidence_digest=digest))
+    verdicts = []
+    now = datetime.now(UTC)
+    existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
+    for j in judgement.nodes:
+        rec_id = f"{run_id}:{j.node}"
+        pool = store.pool(recs[j.node].pool)
+        summary = {"verdict": j.verdict, "reasons": j.reasons(), "profile": j.profile,
+                   "report_dir": cfg.report_dir,
+                   "findings": [json.loads(json.dumps(asdict(f), default=str)) for f in j.findings]}
+        if rec_id not in existing[j.node]:  # a step re-run after a crash must not insert twice
+            store.add_acceptance_record(AcceptanceRecord(
+                rec_id, j.node, j.passed, cfg.level, j.profile, now,
+                now + timedelta(days=pool.acceptance_validity_days), cfg.operator, run_id, summary,
+                str(evidence_dir), digest))
+        verdicts.append(asdict(NodeVerdict(j.node, j.passed, "", j.reasons(), rec_id)))
+    return verdicts
 
 
 @DBOS.step()
@@ -167,11 +157,8 @@ def accept_nodes(nodes: list[str], settings: dict[str, Any]) -> list[dict[str, A
         return skipped
     collected = burn_in(testing, settings)
     verdicts = judge_and_record(testing, collected, settings, started_at)
-    store = _store()
-    try:
-        slurm_pools = {n: store.pool(store.get(n).pool).scheduler == "slurm" for n in testing}
-    finally:
-        store.close()
+    store = shared_store()
+    slurm_pools = {n: store.pool(store.get(n).pool).scheduler == "slurm" for n in testing}
     for v in verdicts:
         if v["passed"]:
             v["state"] = transition(v["node"], "accept", f"passed acceptance (record {v['record']})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dbos import DBOS
 
 from lifecycle.model.states import Actor
-from lifecycle.store import Store
+from lifecycle.store import shared_store
 
 
 def current_run_id() -> str:
@@ -24,19 +24,13 @@ def current_run_id() -> str:
 def transition(node: str, event: str, reason: str, actor: str = Actor.WORKFLOW.value,
                acceptance_record: str | None = None) -> str:
     """Apply ``event`` to ``node`` as part of the current run; return the new state."""
-    store = Store()
-    try:
-        t = store.transition(node, event, Actor(actor), reason, run_id=current_run_id(),
-                             acceptance_record=acceptance_record)
-    finally:
-        store.close()
+    store = shared_store()
+    t = store.transition(node, event, Actor(actor), reason, run_id=current_run_id(),
+                         acceptance_record=acceptance_record)
     return t.target.value
 
 
 @DBOS.step()
 def node_state(node: str) -> str:
-    store = Store()
-    try:
-        return store.get(node).state.value
-    finally:
-        store.close()
+    store = shared_store()
+    return store.get(node).state.value

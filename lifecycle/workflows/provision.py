@@ -22,8 +22,8 @@ from lifecycle.drivers.bmc.base import BmcDriver, BootDevice, PowerAction, Power
 from lifecycle.drivers.boot.render import BootImage, ipxe_script
 from lifecycle.drivers.errors import DriverError
 from lifecycle.model.skus import SKUS
-from lifecycle.store import Store
 from lifecycle.store import boot as boot_store
+from lifecycle.store import shared_store
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 PHONE_HOME_TOPIC = "phone-home"
@@ -64,11 +64,8 @@ def _bmc(node: str) -> tuple[BmcDriver, Any]:
     # Imported here: the factory pulls in vendor SDKs only when a BMC is really used.
     from lifecycle.drivers.bmc.factory import driver_for
 
-    store = Store()
-    try:
-        spec = store.get(node).node()
-    finally:
-        store.close()
+    store = shared_store()
+    spec = store.get(node).node()
     return driver_for(spec.bmc), spec
 
 
@@ -100,15 +97,12 @@ def inspect_hardware(node: str) -> list[str]:
 
 @DBOS.step()
 def prepare_boot(node: str, image: dict[str, Any], attempt: int, phone_home_url: str, ttl_s: float) -> None:
-    store = Store()
-    try:
-        spec = store.get(node).node()
-        img = BootImage.from_json(image)
-        boot_store.issue_boot(store, node, spec.boot_mac(), current_run_id(), attempt,
-                              lambda token: ipxe_script(spec, img, phone_home_url, token),
-                              timedelta(seconds=ttl_s))
-    finally:
-        store.close()
+    store = shared_store()
+    spec = store.get(node).node()
+    img = BootImage.from_json(image)
+    boot_store.issue_boot(store, node, spec.boot_mac(), current_run_id(), attempt,
+                          lambda token: ipxe_script(spec, img, phone_home_url, token),
+                          timedelta(seconds=ttl_s))
 
 
 @DBOS.step()
@@ -123,12 +117,9 @@ def set_network_boot(node: str) -> None:
 @DBOS.step()
 def power_cycle(node: str, attempt: int) -> bool:
     """Cycle the node once per (run, attempt); False when this attempt's cycle was already sent."""
-    store = Store()
-    try:
-        if not boot_store.claim_effect(store, f"{current_run_id()}:power_cycle:{attempt}", node, "power_cycle"):
-            return False
-    finally:
-        store.close()
+    store = shared_store()
+    if not boot_store.claim_effect(store, f"{current_run_id()}:power_cycle:{attempt}", node, "power_cycle"):
+        return False
     driver, _ = _bmc(node)
     try:
         if driver.power_state() in (PowerState.OFF, PowerState.POWERING_OFF):
@@ -141,11 +132,8 @@ def power_cycle(node: str, attempt: int) -> bool:
 
 
 def _verify(report: dict[str, Any], node: str, image: BootImage) -> list[str]:
-    store = Store()
-    try:
-        spec = store.get(node).node()
-    finally:
-        store.close()
+    store = shared_store()
+    spec = store.get(node).node()
     problems = []
     if report.get("image_version") != image.version or report.get("image") != image.name:
         problems.append(f"booted image {report.get('image')} {report.get('image_version')}, "

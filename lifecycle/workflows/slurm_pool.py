@@ -20,7 +20,7 @@ from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
 from lifecycle.drivers.slurm.leave import leave as slurm_leave
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
-from lifecycle.store import Store, StoreError
+from lifecycle.store import shared_store
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 
@@ -38,22 +38,16 @@ def _driver() -> SlurmDriver:
 
 
 def _pool_of(node: str) -> tuple[str, Pool]:
-    store = Store()
-    try:
-        rec = store.get(node)
-        return rec.pool, store.pool(rec.pool)
-    finally:
-        store.close()
+    store = shared_store()
+    rec = store.get(node)
+    return rec.pool, store.pool(rec.pool)
 
 
 @DBOS.step()
 def valid_acceptance(node: str) -> str | None:
-    store = Store()
-    try:
-        rec = store.valid_acceptance(node)
-        return rec.id if rec else None
-    finally:
-        store.close()
+    store = shared_store()
+    rec = store.valid_acceptance(node)
+    return rec.id if rec else None
 
 
 @DBOS.step()
@@ -146,13 +140,3 @@ def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str
         out.reason = "jobs still running at the deadline; the node stays draining (run leave again)"
     return asdict(out)
 
-
-def check_known(nodes: list[str]) -> None:
-    store = Store()
-    try:
-        for n in nodes:
-            store.get(n)
-    except StoreError:
-        raise
-    finally:
-        store.close()

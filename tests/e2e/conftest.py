@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle.cli.lab import parse_exports
 from lifecycle.lab import rack
 
 EXE = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
@@ -39,11 +39,8 @@ class RunningLab:
             self.down()
             raise AssertionError(f"lab up failed: {res.stdout}\n{res.stderr}")
         exports = run(dict(os.environ), "lab", "env", "--dir", str(self.dir)).stdout
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RACKLIFE_"))}
-        for line in exports.splitlines():
-            if line.startswith("export "):
-                key, _, value = line.removeprefix("export ").partition("=")
-                self.env[key] = shlex.split(value)[0]
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RACKLIFE_"))}
+        self.env = base | parse_exports(exports)
         self.inventory = Path(self.env["RACKLIFE_INVENTORY"])
 
     def racklife(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
