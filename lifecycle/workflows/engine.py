@@ -75,10 +75,6 @@ def shutdown() -> None:
     _launched_url = None
 
 
-def register_queue(name: str, concurrency: int) -> None:
-    DBOS.register_queue(name, worker_concurrency=concurrency)
-
-
 def start(func: Any, *args: Any) -> Any:
     """Start a workflow in the background; returns its handle (``get_workflow_id``, ``get_result``)."""
     return DBOS.start_workflow(func, *args)
@@ -179,12 +175,6 @@ class Inspector:
 
     def cancel(self, workflow_id: str) -> None:
         self._client.cancel_workflow(workflow_id)
-
-
-def list_runs(status: str | list[str] | None = None, name: str | None = None, limit: int = 100) -> list[RunInfo]:
-    """Runs, newest first, from the launched DBOS of this process."""
-    runs = DBOS.list_workflows(status=status, name=name, limit=limit, sort_desc=True)
-    return [_info(s) for s in runs]
 
 
 def resume(workflow_id: str, wait: bool = True) -> Any:

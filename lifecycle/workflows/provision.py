@@ -11,7 +11,6 @@ then ``provision_failed`` with the reason.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,6 +23,7 @@ from lifecycle.drivers.errors import DriverError
 from lifecycle.model.skus import SKUS
 from lifecycle.store import boot as boot_store
 from lifecycle.store import shared_store
+from lifecycle.workflows.engine import step_token
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 PHONE_HOME_TOPIC = "phone-home"
@@ -118,7 +118,8 @@ def set_network_boot(node: str) -> None:
 def power_cycle(node: str, attempt: int) -> bool:
     """Cycle the node once per (run, attempt); False when this attempt's cycle was already sent."""
     store = shared_store()
-    if not boot_store.claim_effect(store, f"{current_run_id()}:power_cycle:{attempt}", node, "power_cycle"):
+    if not boot_store.claim_effect(store, step_token(current_run_id(), f"power_cycle:{attempt}"), node,
+                                   "power_cycle"):
         return False
     driver, _ = _bmc(node)
     try:
@@ -211,6 +212,3 @@ def register_provision_queue(max_in_flight: int) -> Queue:
     return DBOS.register_queue(QUEUE, worker_concurrency=max_in_flight, polling_interval_sec=0.2,
                                on_conflict="always_update")
 
-
-def default_boot_timeout() -> float:
-    return float(os.environ.get("RACKLIFE_BOOT_TIMEOUT_S", "600"))
