@@ -32,6 +32,8 @@ def ci(session: nox.Session) -> None:
     _install(session)
     _lint(session)
     session.run("mypy")
+    # Slurm 24.11 root (Debian 13) for the topology/block check: built (or found cached) as its own step.
+    session.run("python", "-m", "lifecycle.lab.slurm_root")
     _pytest(session)
 
 

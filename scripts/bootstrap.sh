@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   ipmitool openipmi                                # IPMI cross-checks
   qemu-system-x86 ipxe-qemu busybox-static dnsmasq # network boot of the minimal image
   openssl
+  debootstrap squashfs-tools                      # Debian image build; Slurm 24.11 root for topology/block
   chromium                                         # renders the acceptance HTML report in tests
 )
 

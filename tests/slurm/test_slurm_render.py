@@ -74,6 +74,7 @@ def test_topology_tree_and_block(site16: Inventory) -> None:
     ]
     rendered = render(site16, RenderOptions(topology="block"))
     assert rendered.files["topology.conf"].splitlines()[1:] == [
+        "BlockSizes=6,12",
         "BlockName=nvl-1 Nodes=gpu-[001-008]",
         "BlockName=nvl-2 Nodes=gpu-[009-014]",
     ]

@@ -272,13 +272,29 @@ def render_topology_block(inv: Inventory) -> str:
     """``topology/block`` (Slurm 23.11+): one block per NVLink domain.
 
     Nodes without an NVLink domain label form a block per rack. ``BlockSizes``
-    is left to Slurm (the smallest block is the base size).
+    is always written: without it Slurm 24.11 takes the *first* block's node
+    count as the base block size and refuses to start (``fatal: Block
+    configuration (X) children count lower than bblock_node_cnt``) when a later
+    block is smaller, e.g. an NVL72 rack with trays out for repair. The base is
+    the smallest block; higher levels double it as far as the block count
+    allows (the rule NVIDIA's topograph uses).
     """
     blocks: dict[str, list[str]] = {}
     for node in slurm_nodes(inv):
         block = node.topology.nvlink_block or _tag("rack", node.rack)
         blocks.setdefault(block, []).append(node.name)
     lines = [HEADER.rstrip("\n")]
+    if blocks:
+        lines.append(f"BlockSizes={','.join(str(s) for s in block_sizes(blocks))}")
     for block in sorted(blocks):
         lines.append(f"BlockName={block} Nodes={compress(blocks[block])}")
     return "\n".join(lines) + "\n"
+
+
+def block_sizes(blocks: Mapping[str, list[str]]) -> list[int]:
+    """Base block size (the smallest block) and its doublings up to the number of blocks."""
+    base = min(len(nodes) for nodes in blocks.values())
+    sizes = [base]
+    while sizes[-1] * 2 <= base * len(blocks):
+        sizes.append(sizes[-1] * 2)
+    return sizes
