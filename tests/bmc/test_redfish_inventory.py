@@ -22,8 +22,9 @@ def test_dell_idrac_inventory(emulator: RedfishEmulator, make_driver: MakeDriver
                                     uuid="4c4c4544-004c-4410-8058-c6c04f443533",
                                     bios_version="2.2.4")
     assert inv.memory_gib == 64.0
-    # The capture lists 32 PCIeDevices and links Processors, EthernetInterfaces and Storage,
-    # but holds none of them: a partial tree reads as empty, not as an error.
+    # The capture links 32 PCIeDevices, Processors, EthernetInterfaces and Storage but holds none
+    # of them; the emulator prunes those links (see test_emulator_normalise), and the as-captured
+    # tree's dangling links also read as empty, not as an error.
     assert inv.cpus == [] and inv.gpus == [] and inv.nics == [] and inv.drives == []
     assert inv.firmware == []
 

@@ -39,6 +39,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=0)
     parser.add_argument("--gpu-source", choices=["processors", "pcie"], default="processors")
     parser.add_argument("--drives", type=int, default=0)
+    parser.add_argument("--as-captured", action="store_true",
+                        help="serve the tree without the conformance fixes of vendor_fixes.py")
     return parser.parse_args(argv)
 
 
@@ -55,7 +57,7 @@ def _bmcs(args: argparse.Namespace) -> tuple[list[BmcConfig], bool]:
     bmcs = [BmcConfig(name=f"bmc{i}", tree=args.tree, username=args.user, password=password,
                       host=args.host, port=args.base_port + i if args.base_port else 0,
                       power_delay_s=args.power_delay, task_duration_s=args.task_duration,
-                      hardware=hardware)
+                      hardware=hardware, as_captured=args.as_captured)
             for i in range(args.count)]
     return bmcs, bool(args.tls)
 

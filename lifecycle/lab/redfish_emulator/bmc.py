@@ -31,7 +31,7 @@ PowerHook = Callable[[str, str, str], None]
 Scheduler = Callable[[float, Callable[[], None]], None]
 
 _PUBLIC = {"/redfish", "/redfish/v1", "/redfish/v1/odata", "/redfish/v1/$metadata"}
-_BYTES_CACHE: dict[tuple[str, str], bytes] = {}
+_BYTES_CACHE: dict[tuple[int, str], bytes] = {}  # (id of a VendorTree, key)
 
 
 @dataclass
@@ -75,7 +75,7 @@ class BmcState:
                  on_power: PowerHook | None = None) -> None:
         self.config = config
         self.faults: Faults = config.faults
-        self.tree: VendorTree = load_tree(config.tree)
+        self.tree: VendorTree = load_tree(config.tree, normalised=not config.as_captured)
         self.schedule = schedule
         self.on_power = on_power
         self.requests: Counter[tuple[str, str]] = Counter()
@@ -134,7 +134,7 @@ class BmcState:
             return Reply(200, res, headers)
         shared = self.tree.resources.get(key)
         if shared is not None:
-            cache_key = (str(self.tree.root), key)
+            cache_key = (id(self.tree), key)  # trees live as long as the process
             body = _BYTES_CACHE.get(cache_key)
             if body is None:
                 body = _BYTES_CACHE.setdefault(cache_key, json.dumps(shared).encode())

@@ -55,6 +55,8 @@ class BmcConfig:
     session_timeout_s: float | None = None  # None: the tree's SessionService.SessionTimeout
     hardware: ExtraHardware = field(default_factory=ExtraHardware)
     faults: Faults = field(default_factory=Faults)
+    as_captured: bool = False
+    """Serve the tree exactly as captured, without ``vendor_fixes.py`` (see ``normalise.py``)."""
 
     def with_faults(self, **changes: Any) -> BmcConfig:
         return replace(self, faults=replace(self.faults, **changes))

@@ -6,6 +6,10 @@ package. One ``VendorTree`` is immutable and shared by all emulated BMCs of that
 vendor; each BMC keeps only the resources it changed (see ``bmc.py``), so a
 thousand BMCs cost little more memory than one.
 
+At load, ``normalise.py`` applies the tree's table from ``vendor_fixes.py`` and
+the generic rules, so what is served passes DMTF's service validator; the files
+on disk are never changed.
+
 Paths are looked up case-insensitively and without trailing slashes, because
 real BMCs (iLO in particular) answer that way and their own links rely on it:
 the DL325 tree's Bios ``SettingsObject`` is ``/redfish/v1/systems/1/bios/settings/``.
@@ -18,15 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-Resource = dict[str, Any]
+from lifecycle.lab.redfish_emulator.normalise import Normalisation, Resource, normalise
+from lifecycle.lab.redfish_emulator.normalise import key_of as norm
+from lifecycle.lab.redfish_emulator.vendor_fixes import TABLES
 
+__all__ = ["Resource", "VendorTree", "load_tree", "norm"]
 
-def norm(path: str) -> str:
-    """The lookup key of a Redfish path: no query, no fragment, no trailing slash, lower case."""
-    path = path.split("?", 1)[0].split("#", 1)[0]
-    while "//" in path:
-        path = path.replace("//", "/")
-    return path.rstrip("/").lower() or "/"
+# Served by the emulator itself rather than from the tree (see dispatch.py): links there
+# are live, not dangling. Tasks and sessions the emulator makes come after the load, so
+# a captured link to a captured task or session must still lead to one.
+_TASK_MONITORS = "/redfish/v1/taskservice/taskmonitors/"
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,14 @@ class VendorTree:
     root: Path
     resources: dict[str, Resource]
     raw_files: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # key -> (body, type)
+    normalisation: Normalisation | None = None  # what the load changed (vendor_fixes.py)
 
     @classmethod
-    def load(cls, root: Path) -> VendorTree:
-        """Read ``root/redfish/v1/**``: ``index.json`` files become resources, others raw files."""
+    def load(cls, root: Path, *, normalised: bool = True) -> VendorTree:
+        """Read ``root/redfish/v1/**``: ``index.json`` files become resources, others raw files.
+
+        ``normalised=False`` serves the capture as it is (dangling links and all), for
+        tests of how clients cope with real vendor data."""
         base = root / "redfish" / "v1"
         if not (base / "index.json").is_file():
             raise FileNotFoundError(f"no Redfish service root under {base}")
@@ -60,7 +69,24 @@ class VendorTree:
             elif file.suffix == ".json":
                 raw[norm(url + "/" + file.name)] = (file.read_bytes(), "application/json")
         _add_missing_service_collections(resources)
-        return cls(name=root.name, root=root, resources=resources, raw_files=raw)
+        if not normalised:
+            return cls(name=root.name, root=root, resources=resources, raw_files=raw)
+        root_res = resources.get(norm("/redfish/v1"), {})
+        sessions = norm(str(root_res.get("Links", {}).get("Sessions", {}).get(
+            "@odata.id", "/redfish/v1/SessionService/Sessions")))
+
+        # A LogService's Entries collection is served live (bmc.py), captured or not.
+        live_entries = {norm(str(res.get("Entries", {}).get("@odata.id", "")))
+                        for res in resources.values()
+                        if str(res.get("@odata.type", "")).startswith("#LogService.")}
+
+        def served_elsewhere(key: str) -> bool:
+            return (key in raw or key in live_entries or key == sessions
+                    or key.startswith(_TASK_MONITORS))
+
+        report = normalise(root.name, resources, TABLES.get(root.name, ()), served_elsewhere)
+        return cls(name=root.name, root=root, resources=resources, raw_files=raw,
+                   normalisation=report)
 
     def get(self, path: str) -> Resource | None:
         return self.resources.get(norm(path))
@@ -125,12 +151,12 @@ def _strip_mockup_annotations(data: Any) -> Any:
     return data
 
 
-_TREES: dict[Path, VendorTree] = {}
+_TREES: dict[tuple[Path, bool], VendorTree] = {}
 
 
-def load_tree(root: Path) -> VendorTree:
-    """Load (once per process) the tree at ``root``."""
-    key = root.resolve()
+def load_tree(root: Path, *, normalised: bool = True) -> VendorTree:
+    """Load (once per process) the tree at ``root``, normalised or as captured."""
+    key = (root.resolve(), normalised)
     if key not in _TREES:
-        _TREES[key] = VendorTree.load(key)
+        _TREES[key] = VendorTree.load(key[0], normalised=normalised)
     return _TREES[key]
