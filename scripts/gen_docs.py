@@ -13,7 +13,7 @@ Generated from `lifecycle/model/states.py` by `python scripts/gen_docs.py`; do n
 (`tests/model/test_docs.py` fails when this file is out of date).
 
 Each arrow is one row of the transition table: `event (who may request it)`. `[acceptance]` marks
-the gate: `join` needs a passing, unexpired acceptance record made after the node's last build.
+the gate: `join` and `reclaim` need a passing, unexpired acceptance record made after the node's last build.
 Actors: `operator` (a person, through the CLI or a stack), `workflow` (a racklife workflow step),
 `health` (a health check that found a fault).
 

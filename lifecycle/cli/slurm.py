@@ -176,3 +176,19 @@ def leave(
     if policy is not None and policy not in ("wait", "requeue", "cancel"):
         fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
     _print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)
+
+
+@app.command("suspend-program")
+def suspend_program(hostlist: list[str] = typer.Argument(..., help="Slurm hostlist(s) to lend.")) -> None:
+    """Slurm's SuspendProgram for lendable nodes: start the lend workflows and return at once."""
+    from lifecycle.workflows.elastic_worker import program
+
+    raise typer.Exit(program("lend", hostlist))
+
+
+@app.command("resume-program")
+def resume_program(hostlist: list[str] = typer.Argument(..., help="Slurm hostlist(s) to take back.")) -> None:
+    """Slurm's ResumeProgram for lendable nodes: start the reclaim workflows and return at once."""
+    from lifecycle.workflows.elastic_worker import program
+
+    raise typer.Exit(program("reclaim", hostlist))

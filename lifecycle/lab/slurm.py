@@ -52,6 +52,13 @@ from lifecycle.lab.slurm_power import main
 sys.exit(main([{action!r}, {conf!r}, *sys.argv[1:]]))
 """
 
+_PROGRAM_WRAPPER = """#!{python}
+import os
+import sys
+argv = {argv!r}
+os.execve(argv[0], [*argv, *sys.argv[1:]], dict(os.environ, **{env!r}))
+"""
+
 MAX_ROOT_LEN = 60
 """Unix socket paths are limited to 108 bytes; keep the root short."""
 
@@ -72,6 +79,11 @@ class LabSlurmConfig:
     suspend_time_s: int = 3600
     resume_timeout_s: int = 60
     ready_timeout_s: float = 30.0
+    power_programs: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    """(ResumeProgram argv, SuspendProgram argv) to call instead of the lab's own slurmd power
+    mechanics — racklife's elastic-capacity programs; slurmctld appends the hostlist."""
+    power_env: tuple[tuple[str, str], ...] = ()
+    """Environment for those programs (store, kubeconfig, role-switch hook)."""
 
 
 def _free_port() -> int:
@@ -176,12 +188,24 @@ class LabSlurm:
             jwt_key.chmod(0o600)
         for name, text in render(inv, self.render_options()).files.items():
             (self.root / "etc" / name).write_text(text)
-        for action in ("resume", "suspend"):
+        programs = self.config.power_programs
+        for i, action in enumerate(("resume", "suspend")):
             prog = self.root / "bin" / action
-            prog.write_text(
-                _POWER_WRAPPER.format(python=sys.executable, action=action, conf=str(self.conf))
-            )
+            if programs is None:
+                prog.write_text(
+                    _POWER_WRAPPER.format(python=sys.executable, action=action, conf=str(self.conf))
+                )
+            else:
+                prog.write_text(_PROGRAM_WRAPPER.format(
+                    python=sys.executable, argv=list(programs[i]),
+                    env={**dict(self.config.power_env), "SLURM_CONF": str(self.conf)},
+                ))
             prog.chmod(0o755)
+
+    def role_switch_command(self, kubeconfig: Path) -> list[str]:
+        """The lab's node-role hook for racklife (``RACKLIFE_NODE_ROLE_CMD``), as an argv list."""
+        return [sys.executable, "-m", "lifecycle.lab.slurm_power", "role-switch",
+                "--conf", str(self.conf), "--kubeconfig", str(kubeconfig)]
 
     def start(self) -> LabSlurm:
         if self._init is not None:
@@ -219,6 +243,21 @@ class LabSlurm:
             ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--", *argv],
             stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
             env=self.env(),
+        )
+
+    def run_inside(self, argv: Sequence[str], env: dict[str, str] | None = None,
+                   timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run argv inside the cluster's PID and mount namespaces, as slurmctld runs its programs.
+
+        PIDs in the cluster's pid files are the namespace's own: anything that
+        signals a daemon by its pid file must run in here.
+        """
+        if self._init_pid is None:
+            raise LabError("the cluster is not running")
+        return subprocess.run(
+            ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--", *argv],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s, check=False,
+            env=env if env is not None else self.env(),
         )
 
     def _checked(self, what: str, argv: Sequence[str]) -> None:

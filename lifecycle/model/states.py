@@ -6,8 +6,13 @@ row of ``TRANSITIONS``: (from, event) -> to, plus who may ask for it. Code
 elsewhere asks :func:`next_state`; it never assigns a state itself. Illegal
 requests raise :class:`IllegalTransition`; nothing is "fixed up".
 
-Gates: ``join`` needs an acceptance record id, so a node cannot reach
-``in_service`` without evidence.
+Gates: ``join`` and ``reclaim`` need an acceptance record id, so a node
+cannot reach ``in_service`` without evidence.
+
+Elastic capacity: a node of a lendable Slurm pool that Slurm powers down
+(``SuspendProgram``) is ``lent`` to Kubernetes; when Slurm needs it back
+(``ResumeProgram``) it is ``reclaimed``. A lend that fails leaves the node
+``drained`` with racklife's drain; a reclaim that fails leaves it ``lent``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ class State(StrEnum):
     IN_SERVICE = "in_service"
     DRAINING = "draining"
     DRAINED = "drained"
+    LENDING = "lending"
+    LENT = "lent"
+    RECLAIMING = "reclaiming"
     REPROVISIONING = "reprovisioning"
     UPGRADING = "upgrading"
     UPGRADE_FAILED = "upgrade_failed"
@@ -89,6 +97,13 @@ def _rules() -> list[Rule]:
     add(S.IN_SERVICE, "drain", S.DRAINING)
     add(S.DRAINING, "drain_done", S.DRAINED, _WF)
     add(S.DRAINING, "drain_abort", S.IN_SERVICE)
+    add(S.IN_SERVICE, "lend", S.LENDING)
+    add(S.LENDING, "lend_done", S.LENT, _WF)
+    add(S.LENDING, "lend_fail", S.DRAINED, _WF)
+    add(S.LENT, "reclaim", S.RECLAIMING, gate=True)
+    add(S.RECLAIMING, "reclaim_done", S.IN_SERVICE, _WF)
+    add(S.RECLAIMING, "reclaim_fail", S.LENT, _WF)
+    add(S.LENT, "quarantine", S.QUARANTINED, _QUAR)
     add((S.DRAINED, S.QUARANTINED), "reprovision", S.REPROVISIONING)
     add(S.REPROVISIONING, "reprovision_done", S.PROVISIONED, _WF)
     add(S.REPROVISIONING, "reprovision_fail", S.PROVISION_FAILED, _WF)

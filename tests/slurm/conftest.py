@@ -52,3 +52,9 @@ def lab(site16: Inventory) -> Iterator[LabSlurm]:
         yield cluster
     finally:
         cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def slurm_daemons() -> None:
+    """Root and the Debian Slurm packages, asserted (a failure, not a skip)."""
+    require_daemons()
