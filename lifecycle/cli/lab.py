@@ -20,7 +20,8 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import FAILED, REFUSED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli.slurm import TOKEN_ENV
 from lifecycle.lab import netns, rack
 from lifecycle.lab.faults import PROFILES, Fault, FaultFileError, load_faults, read_fault, write_fault
 from lifecycle.model.skus import SKUS
@@ -44,6 +45,8 @@ def up(
     racks: int = typer.Option(0, "--racks", help="Number of racks (default: one per 8 nodes)."),
     faults: Path | None = typer.Option(None, "--faults", help="YAML: node name -> fault profile."),
     boot_time: float = typer.Option(1.0, "--boot-time", help="Seconds a node takes to boot."),
+    with_vm: bool = typer.Option(False, "--with-vm",
+                                 help=f"Add {rack.VM_NAME}: a QEMU VM that network-boots via dnsmasq and iPXE."),
     lab_dir: Path = DirOpt,
     prefix: str = PrefixOpt,
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the lab to be ready."),
@@ -56,7 +59,7 @@ def up(
     if rack.supervisor_alive(state):
         fail(f"a lab is already running in {lab_dir}; run 'racklife lab down' first", REFUSED)
     config = rack.RackConfig(lab_dir=lab_dir, nodes=nodes, racks=racks, boot_time_s=boot_time,
-                             prefix=prefix, ready_timeout_s=timeout)
+                             prefix=prefix, ready_timeout_s=timeout, with_vm=with_vm)
     try:
         if faults is not None:
             gpus = SKUS[config.sku].gpu_count
@@ -91,7 +94,8 @@ def up(
     if as_json:
         emit_json({**state, "ready_s": ready_s})
     else:
-        out_console.print(f"lab up: {nodes} nodes ready in {ready_s} s; 'racklife lab env' for the client setup")
+        vm = f" and {rack.VM_NAME} (QEMU, powered off until its BMC powers it on)" if with_vm else ""
+        out_console.print(f"lab up: {nodes} nodes{vm} ready in {ready_s} s; 'racklife lab env' for the client setup")
 
 
 @app.command("status")
@@ -101,12 +105,22 @@ def status(lab_dir: Path = DirOpt, as_json: bool = JsonOpt) -> None:
     alive = rack.supervisor_alive(state)
     if state is None:
         fail(f"no lab in {lab_dir}", REFUSED)
-    faults = {n["name"]: _fault_of(Path(n["dir"])) for n in state.get("nodes", [])}
+    faults = {n["name"]: "-" if n.get("kind") == "vm" else _fault_of(Path(n["dir"])) for n in state.get("nodes", [])}
     if as_json:
         emit_json({**state, "running": alive,
                    "nodes": [{**n, "fault": faults[n["name"]]} for n in state.get("nodes", [])]})
         return
     out_console.print(f"lab {lab_dir}: {state.get('phase')}{'' if alive else ' (supervisor not running)'}")
+    dhcp = state.get("dhcp") or {}
+    if dhcp:
+        leases = dhcp.get("leases") or []
+        out_console.print(f"dnsmasq: {'pid ' + str(dhcp['pid']) if dhcp.get('pid') else 'not running'} on "
+                          f"{dhcp.get('interface')}, {len(leases)} lease(s)"
+                          + "".join(f"; {x['ip']} to {x['mac']}" for x in leases) + f" (log {dhcp.get('log')})")
+    if state.get("slurm_rest_url"):
+        out_console.print(f"slurmrestd: {state['slurm_rest_url']} (token: 'racklife lab env')")
+    for note in state.get("notes") or []:
+        out_console.print(f"note: {note}")
     emit_table(None, ["node", "pool", "address", "bmc", "power", "state", "fault"], [
         (n["name"], n["pool"], n["address"], f"{n['bmc']['driver']} {n['bmc']['address']}" if n["bmc"] else "",
          n["power"], n["state"], faults[n["name"]]) for n in state.get("nodes", [])])
@@ -153,8 +167,18 @@ def parse_exports(text: str) -> dict[str, str]:
 
 
 @app.command("env")
-def env(lab_dir: Path = DirOpt) -> None:
-    """Print shell exports for clients of the running lab: eval "$(racklife lab env)"."""
+def env(
+    lab_dir: Path = DirOpt,
+    slurm_jwt: bool = typer.Option(
+        False, "--slurm-jwt",
+        help="Also export SLURM_JWT (for curl and Slurm's own REST clients). With it set, every Slurm "
+             "command authenticates by JWT instead of munge, and srun's step launch fails."),
+) -> None:
+    """Print shell exports for clients of the running lab: eval "$(racklife lab env)".
+
+    The slurmrestd token is minted on each call (valid 12 h) and exported as
+    RACKLIFE_SLURM_JWT (what `racklife slurm status --rest-url` reads).
+    """
     state = _state_or_exit(lab_dir)
     q = shlex.quote
     lines = [f"export SLURM_CONF={q(state['slurm_conf'])}",
@@ -171,6 +195,21 @@ def env(lab_dir: Path = DirOpt) -> None:
     boot = state.get("boot")
     if boot:
         lines += [f"export RACKLIFE_BOOT_LISTEN={q(boot['listen'])}", f"export RACKLIFE_BOOT_URL={q(boot['url'])}"]
+    rest_url = state.get("slurm_rest_url")
+    if rest_url:
+        lines.append(f"export RACKLIFE_SLURM_REST_URL={q(rest_url)}")
+        try:
+            token = rack.slurm_token(state)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            # Everything else in the environment still works: say so, on stderr and in the output.
+            err_console.print(f"racklife lab env: no slurmrestd token: {exc}")
+            lines.append("# slurmrestd token: could not be minted (see stderr)")
+        else:
+            lines += [f"# slurmrestd JWT, valid {rack.JWT_LIFESPAN_S // 3600} h: "
+                      'racklife slurm status --rest-url "$RACKLIFE_SLURM_REST_URL"',
+                      f"export {TOKEN_ENV}={q(token)}"]
+            if slurm_jwt:
+                lines.append(f"export SLURM_JWT={q(token)}")
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
     else:
@@ -187,9 +226,9 @@ def fault(
 ) -> None:
     """Inject a fault into a running node; its tools answer accordingly from the next call."""
     state = _state_or_exit(lab_dir)
-    dirs = {n["name"]: Path(n["dir"]) for n in state["nodes"]}
+    dirs = {n["name"]: Path(n["dir"]) for n in state["nodes"] if n.get("kind") != "vm"}
     if node not in dirs:
-        fail(f"no node '{node}' in the lab (nodes: {', '.join(sorted(dirs))})")
+        fail(f"no simulated node '{node}' in the lab (nodes: {', '.join(sorted(dirs))}; a VM has no fake GPUs)")
     try:
         write_fault(dirs[node], Fault(profile, gpu))
     except ValueError as exc:

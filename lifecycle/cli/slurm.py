@@ -68,7 +68,8 @@ def render_cmd(
 @app.command()
 def status(
     rest_url: str | None = typer.Option(
-        None, "--rest-url", help=f"slurmrestd URL for reads (token from ${TOKEN_ENV})."
+        None, "--rest-url", envvar="RACKLIFE_SLURM_REST_URL",
+        help=f"slurmrestd URL for reads (token from ${TOKEN_ENV})."
     ),
     as_json: bool = JsonOpt,
 ) -> None:

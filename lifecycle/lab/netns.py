@@ -8,7 +8,9 @@ So the lab creates, all named with one prefix:
   controller address (first host of the lab subnet) where lab services
   (boot server, slurmctld) can listen;
 - one namespace ``<prefix><node>`` per node, with ``eth0`` (one end of a veth
-  pair whose other end is a bridge port in the hub) and the node's address.
+  pair whose other end is a bridge port in the hub) and the node's address;
+- for a QEMU node, a tap port of the bridge in the hub (``add_tap``): the
+  guest takes its address from the lab's DHCP server like a real machine.
 
 Nothing is ever added to the host's namespace: no address, no route, no NAT.
 Namespaces get no default route and IP forwarding stays off, so lab traffic
@@ -196,6 +198,7 @@ class LabNet:
         self.hub = prefix + HUB
         self.controller = str(self.subnet.network_address + 1)
         self.nodes: dict[str, NodeNet] = {}
+        self.taps: dict[str, NodeNet] = {}
 
     def address_of(self, index: int) -> str:
         return str(self.subnet.network_address + 256 * (1 + index // 200) + 1 + index % 200)
@@ -235,7 +238,7 @@ class LabNet:
                 raise ValueError(f"'{name}' is not a valid node name")
             if name in self.nodes:
                 raise ValueError(f"node '{name}' is already in the lab")
-            i = len(self.nodes) + len(new)
+            i = len(self.nodes) + len(self.taps) + len(new)
             new.append(NodeNet(name, self.prefix + name, self.address_of(i), self.subnet.prefixlen,
                                f"02:72:6c:{(i >> 16) & 0xFF:02x}:{(i >> 8) & 0xFF:02x}:{i & 0xFF:02x}",
                                f"v{i}"))
@@ -258,6 +261,27 @@ class LabNet:
             self.nodes[n.name] = n
         return new
 
+    def add_tap(self, name: str) -> NodeNet:
+        """A tap port on the bridge for a VM (QEMU opens it from the hub), with the next node address.
+
+        The VM has no namespace of its own: its guest is the host on the tap's
+        far side. The returned ``netns`` is the hub, where QEMU must run, and
+        ``port`` the tap. Its MAC has QEMU's prefix, as a QEMU NIC's would.
+        """
+        if not _NODE_RE.match(name):
+            raise ValueError(f"'{name}' is not a valid node name")
+        if name in self.nodes or name in self.taps:
+            raise ValueError(f"node '{name}' is already in the lab")
+        i = len(self.nodes) + len(self.taps)
+        tap = NodeNet(name, self.hub, self.address_of(i), self.subnet.prefixlen,
+                      f"52:54:00:{(i >> 16) & 0xFF:02x}:{(i >> 8) & 0xFF:02x}:{i & 0xFF:02x}", f"t{i}")
+        _ip("-n", self.hub, "-batch", "-", stdin="\n".join([
+            f"tuntap add dev {tap.port} mode tap",
+            f"link set {tap.port} master {BRIDGE} up",
+        ]) + "\n")
+        self.taps[name] = tap
+        return tap
+
     def remove_node(self, name: str) -> None:
         n = self.nodes.pop(name)
         kill_all(n.netns)
@@ -265,6 +289,7 @@ class LabNet:
 
     def teardown(self) -> list[str]:
         self.nodes.clear()
+        self.taps.clear()
         return teardown(self.prefix)
 
 

@@ -7,7 +7,9 @@ a process (the Redfish and IPMI emulators, the nodes' boot and power logic,
 the Slurm cluster), and it writes what it runs to ``LAB_DIR/state.json``.
 Everything else is named so it can be found without it: namespaces by prefix
 (``netns.teardown``), the Slurm PID namespace by the process group recorded
-in the state file. ``cleanup`` uses only those, so it works after a crash.
+in the state file. ``control.cleanup`` uses only those, so it works after a
+crash. The lab's dnsmasq and the ``--with-vm`` QEMU run in the hub namespace
+and go with it.
 
 Each node's BMC is the Redfish emulator serving a captured vendor tree (a
 mix across nodes) or, for every fourth node, the IPMI emulator. Their power
@@ -22,10 +24,10 @@ import functools
 import json
 import math
 import os
-import re
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -37,25 +39,35 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.lab import netns
+from lifecycle.lab.control import JWT_LIFESPAN_S as JWT_LIFESPAN_S
+from lifecycle.lab.control import STATE_FILE as STATE_FILE
+from lifecycle.lab.control import cleanup as cleanup
+from lifecycle.lab.control import read_state as read_state
+from lifecycle.lab.control import slurm_token as slurm_token
+from lifecycle.lab.control import supervisor_alive as supervisor_alive
+from lifecycle.lab.control import write_json as write_json
+from lifecycle.lab.dnsmasq import LabDhcp
 from lifecycle.lab.faults import HEALTHY, Fault
 from lifecycle.lab.firmware import racklife_phone_home
 from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
 from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
+from lifecycle.lab.layout import build_inventory, write_lab_profile
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
 from lifecycle.lab.redfish_emulator.hardware import ExtraHardware
 from lifecycle.lab.slurm import LabSlurm, lab_config
-from lifecycle.model.inventory import Inventory, dump_inventory, parse_inventory
+from lifecycle.lab.vm import VmNode, VmSpec, qemu_binary
+from lifecycle.model.inventory import Inventory, dump_inventory
 from lifecycle.model.skus import SKUS
 
 VENDOR_TREES = ("dell-idrac-bmclib", "hpe-ilo5-dl325", "openbmc-stock", "dmtf-public-rackmount1")
 DEFAULT_LAB_DIR = Path(os.environ.get("RACKLIFE_LAB_DIR", "/var/lib/racklife/lab"))
-STATE_FILE = "state.json"
 CONFIG_FILE = "lab.json"
 BMC_USER = "admin"
 BOOT_PORT = 8069  # the boot server's port at the hub's controller address
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+VM_NAME = "vm-01"
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,11 @@ class RackConfig:
     ready_timeout_s: float = 120.0
     boot_port: int = 0
     """Host loopback port where the controller's boot server listens (0: pick a free one)."""
+    with_vm: bool = False
+    """One extra node, ``vm-01``: a QEMU VM that network-boots through dnsmasq and iPXE."""
+    vm_memory_mb: int = 256
+    slurm_rest: bool = True
+    """Run slurmrestd (JWT auth) beside slurmctld."""
 
     @property
     def rack_count(self) -> int:
@@ -109,53 +126,6 @@ class RackConfig:
         return cls(**data)
 
 
-def build_inventory(config: RackConfig, nets: dict[str, netns.NodeNet], bmcs: dict[str, tuple[str, str]],
-                    credentials: Path) -> Inventory:
-    """The lab's inventory: three quarters of the nodes in ``training`` (Slurm), the rest ``inference``."""
-    names = config.names()
-    training = len(names) - len(names) // 4
-    per_rack = math.ceil(len(names) / config.rack_count)
-    nodes = []
-    for i, name in enumerate(names):
-        driver, address = bmcs[name]
-        net = nets[name]
-        nodes.append({
-            "name": name, "serial": f"LAB{i + 1:05d}", "rack": f"rack-{i // per_rack + 1}",
-            "u": 1 + (i % per_rack) * 2, "sku": config.sku, "pool": "training" if i < training else "inference",
-            "bmc": {"driver": driver, "address": address, "credentials": f"file:{credentials}"},
-            "nics": [{"name": "eth0", "mac": net.mac, "role": "boot", "ip": net.address}],
-            "boot_ip": net.address, "topology": {"leaf": f"leaf-{i // per_rack + 1}"},
-        })
-    doc = {
-        "site": {"name": "lab", "location": "racklife lab (emulated)"},
-        "racks": [{"name": f"rack-{r + 1}"} for r in range(config.rack_count)],
-        "pools": {"training": {"scheduler": "slurm", "partition": "training"},
-                  "inference": {"scheduler": "kubernetes", "labels": {"racklife.io/pool": "inference"}}},
-        "nodes": nodes,
-    }
-    return parse_inventory(json.dumps(doc), "<lab inventory>")
-
-
-def write_lab_profile(sku: str, out: Path) -> Path:
-    """The SKU's burn-in profile as the lab can meet it: no GPU soak, no NVLink link count.
-
-    Lab GPUs are fake tools: there is nothing to run a GEMM on and the fake
-    nvidia-smi reports no NVLink links. Every other threshold is the SKU's own.
-    """
-    from importlib import resources
-
-    text = resources.files("burnin.profiles").joinpath(f"{sku}.toml").read_text(encoding="utf-8")
-    checks = '["gpu", "kernel_xid", "ib", "dcgm", "nccl", "stress", "xid_events"]'
-    if text.count(checks) != 3 or "nvlink_active_links = " not in text:
-        raise RuntimeError(f"profile {sku} changed shape; update write_lab_profile")
-    text = text.replace(checks, '["gpu", "kernel_xid", "ib", "dcgm", "nccl"]')
-    text = re.sub(r"nvlink_active_links = \d+", "nvlink_active_links = 0", text, count=1)
-    text = text.replace(f'name = "{sku}"', f'name = "lab-{sku}"', 1)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("# Derived by the racklife lab from " + sku + ": no GPU soak, no NVLink count.\n" + text)
-    return out
-
-
 def _free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -168,55 +138,9 @@ def _free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_state(lab_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def supervisor_alive(state: dict[str, Any] | None) -> bool:
-    pid = state.get("pid") if state else None
-    return isinstance(pid, int) and "lifecycle.lab.rack" in _cmdline(pid)
-
-
-def cleanup(lab_dir: Path, prefix: str, timeout_s: float = 60.0) -> list[str]:
-    """Stop a lab, running or crashed: its supervisor, its Slurm PID namespace, its namespaces."""
-    state = read_state(lab_dir)
-    done: list[str] = []
-    if state and supervisor_alive(state):
-        pid = int(state["pid"])
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while supervisor_alive(state) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if supervisor_alive(state):
-            os.kill(pid, signal.SIGKILL)
-        done.append(f"supervisor {pid}")
-    pgid = state.get("slurm_pgid") if state else None
-    if isinstance(pgid, int) and (_cmdline(pgid) or [""])[0].endswith("unshare"):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        done.append(f"slurm PID namespace {pgid}")
-    done += netns.teardown(prefix)
-    if state is not None:
-        state.update(phase="down", pid=None, slurm_pgid=None)
-        write_json(lab_dir / STATE_FILE, state)
-    return done
+def _others_can_reach(path: Path) -> bool:
+    """Whether an unprivileged user can walk down to ``path`` (slurmrestd reads slurm.conf as nobody)."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
 
 
 class Rack:
@@ -234,6 +158,8 @@ class Rack:
         self.ipmi: IpmiEmulator | None = None
         self.kube: KubeStandIn | None = None
         self.boot_forward: netns.Forward | None = None
+        self.dhcp: LabDhcp | None = None
+        self.vm: VmNode | None = None
         self.burnin_profile: Path | None = None
         self.boot_port = 0
         self.inventory: Inventory | None = None
@@ -244,11 +170,14 @@ class Rack:
         self.started = time.time()
         self.phase = "starting"
         self.error: str | None = None
+        self.notes: list[str] = []
 
     # ------------------------------------------------------------- power hooks
 
     def _apply(self, name: str, state: str) -> None:
-        node = self.nodes.get(name)
+        node: SimNode | VmNode | None = self.nodes.get(name)
+        if node is None and self.vm is not None and self.vm.name == name:
+            node = self.vm
         if node is None or not self._hooks_live:
             return
         if state == "on" and node.power_state == "On":
@@ -308,13 +237,17 @@ class Rack:
         self.net.create()
         names = c.names()
         nets = {n.name: n for n in self.net.add_nodes(names)}
+        vm = VM_NAME if c.with_vm else None
+        if vm:
+            qemu_binary()  # fail before anything else starts when QEMU or its iPXE ROM is missing
+            nets[vm] = self.net.add_tap(vm)
         ssh = LabSsh(self.dir, self.net.hub)
         ssh.prepare()
         rf_configs, ipmi_specs, kinds = [], [], {}
-        for i, name in enumerate(names):
+        for i, name in enumerate([*names, *([vm] if vm else [])]):
             bmc = f"bmc-{name}"
             self.by_bmc[bmc] = name
-            if c.ipmi_every and i % c.ipmi_every == c.ipmi_every - 1:
+            if name != vm and c.ipmi_every and i % c.ipmi_every == c.ipmi_every - 1:
                 ipmi_specs.append(IpmiSpec(name=bmc, port=_free_udp_port(), username=BMC_USER,
                                            password=password, power_on=True, power_delay_s=c.power_delay_s,
                                            serial=f"LAB{i + 1:05d}"))
@@ -330,9 +263,14 @@ class Rack:
         self.ipmi = IpmiEmulator(ipmi_specs, on_power=self._ipmi_power).start() if ipmi_specs else None
         addresses = {s.name: ("ipmi", f"127.0.0.1:{s.port}") for s in ipmi_specs}
         addresses.update({b: ("redfish", url) for b, url in self.redfish.urls.items()})
-        self.inventory = build_inventory(c, nets, {n: addresses[f"bmc-{n}"] for n in names}, creds)
+        self.inventory = build_inventory(names, c.rack_count, c.sku, nets,
+                                         {n: addresses[f"bmc-{n}"] for n in nets}, creds, vm=vm)
         (self.dir / "inventory.yaml").write_text(dump_inventory(self.inventory), encoding="utf-8")
-        self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[])).start()
+        rest = c.slurm_rest and _others_can_reach(self.dir)
+        if c.slurm_rest and not rest:
+            self.notes.append(f"slurmrestd not started: it runs as 'nobody', which cannot reach {self.dir} "
+                              "(a directory above it is not world-searchable)")
+        self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[], rest=rest)).start()
         self.kube = KubeStandIn().start()
         self.kube.write_kubeconfig(self.dir / "kube" / "kubeconfig")
         # Nodes reach the controller's boot server at the hub's controller address; the lab
@@ -341,6 +279,10 @@ class Rack:
         self.boot_forward = netns.Forward(self.net.hub, (self.net.controller, BOOT_PORT),
                                           ("127.0.0.1", self.boot_port))
         boot_base = f"http://{self.net.controller}:{BOOT_PORT}"
+        self.dhcp = LabDhcp(self.dir, self.net.hub, netns.BRIDGE, c.subnet, boot_base).start(self.inventory)
+        if vm:
+            self.vm = VmNode(VmSpec(vm, memory_mb=c.vm_memory_mb), nets[vm], self.dir)
+            self.vm.prepare()
         for name in names:
             ns = nets[name].netns
             spec = NodeSpec(name, c.sku, boot_time_s=c.boot_time_s, boot_url=boot_base + "/boot/{mac}.ipxe",
@@ -355,10 +297,12 @@ class Rack:
         self.burnin_profile = write_lab_profile(c.sku, self.dir / "profiles" / f"lab-{c.sku}.toml")
         self.write_state()
         redfish = self.redfish
-        for state in redfish.states.values():  # a tree captured powered off (openbmc) is switched on
-            path = state.systems[0]
-            if state.power_state(path) != "On":
-                redfish.call(functools.partial(state.set_power, path, "On", boot=True))
+        for bmc, state in redfish.states.items():
+            # A tree captured powered off (openbmc) is switched on; the VM starts off: an idle
+            # VM spinning in its firmware under TCG would cost a CPU for nothing.
+            path, want = state.systems[0], "Off" if vm and bmc == f"bmc-{vm}" else "On"
+            if state.power_state(path) != want:
+                redfish.call(functools.partial(state.set_power, path, want, boot=want == "On"))
         for node in self.nodes.values():
             node.power_on()
         self._hooks_live = True
@@ -402,14 +346,28 @@ class Rack:
                        "python": sys.executable},
             "boot": {"listen": f"127.0.0.1:{self.boot_port}", "url": f"http://{self.net.controller}:{BOOT_PORT}"}
             if self.boot_port else None,
-            "nodes": [{
-                "name": n.name, "address": n.net.address, "mac": n.net.mac,
+            "dhcp": self.dhcp.status() if self.dhcp else None,
+            "slurm_rest_url": slurm.rest_url if slurm else None,
+            "notes": self.notes,
+            "nodes": [*({
+                "name": n.name, "kind": "sim", "address": n.net.address, "mac": n.net.mac,
                 "pool": inv[n.name].pool if n.name in inv else None,
                 "bmc": {"driver": inv[n.name].bmc.driver, "address": inv[n.name].bmc.address}
                 if n.name in inv else None,
                 "power": n.power_state, "state": n.state, "boot_error": n.boot_error, "boots": n.boots,
                 "dir": str(n.dir),
-            } for n in self.nodes.values()],
+            } for n in self.nodes.values()), *([self._vm_state(self.vm, inv)] if self.vm else [])],
+        }
+
+    @staticmethod
+    def _vm_state(vm: VmNode, inv: dict[str, Any]) -> dict[str, Any]:
+        spec = inv.get(vm.name)
+        return {
+            "name": vm.name, "kind": "vm", "address": vm.net.address, "mac": vm.net.mac,
+            "pool": spec.pool if spec else None,
+            "bmc": {"driver": spec.bmc.driver, "address": spec.bmc.address} if spec else None,
+            "power": vm.power_state, "state": vm.state, "boot_error": vm.boot_error, "boots": vm.boots,
+            "dir": str(vm.dir), "pid": vm.pid, "console": str(vm.console), "phoned_home": vm.phoned_home(),
         }
 
     def write_state(self) -> None:
@@ -431,7 +389,8 @@ class Rack:
         self.phase = "stopping"
         with contextlib.suppress(OSError):
             self.write_state()
-        for node in self.nodes.values():
+        machines: list[SimNode | VmNode] = [*self.nodes.values(), *([self.vm] if self.vm else [])]
+        for node in machines:
             with contextlib.suppress(Exception):
                 node.close()
         for worker in self._power.values():
@@ -447,6 +406,8 @@ class Rack:
             closers.append(self.kube.stop)
         if self.boot_forward is not None:
             closers.append(self.boot_forward.close)
+        if self.dhcp is not None:
+            closers.append(self.dhcp.stop)
         for close in closers:
             with contextlib.suppress(Exception):
                 close()

@@ -310,7 +310,7 @@ class LabSlurm:
                 return True
             return False
 
-        _wait(answering, 10, f"slurmrestd (see {self.log('slurmrestd')})")
+        _wait(answering, self.config.ready_timeout_s, f"slurmrestd (see {self.log('slurmrestd')})")
 
     def token(self, lifespan_s: int = 3600) -> str:
         """A JWT for slurmrestd (never logged)."""

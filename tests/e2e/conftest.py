@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,13 +25,15 @@ def run(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Com
 
 
 class RunningLab:
-    def __init__(self, nodes: int, faults: dict[str, str] | None = None, boot_time: float = 1.0) -> None:
+    def __init__(self, nodes: int, faults: dict[str, str] | None = None, boot_time: float = 1.0,
+                 with_vm: bool = False) -> None:
         assert os.geteuid() == 0, "end-to-end lab tests need root (network namespaces, daemons)"
         self.root = Path(tempfile.mkdtemp(prefix="rle", dir="/tmp"))
+        self.root.chmod(0o755)  # the lab's slurmrestd runs as nobody and reads slurm.conf below it
         self.dir = self.root / "lab"
         self.prefix = f"rle{os.getpid() % 10000}-"
         args = ["lab", "up", "--nodes", str(nodes), "--dir", str(self.dir), "--prefix", self.prefix,
-                "--boot-time", str(boot_time)]
+                "--boot-time", str(boot_time), *(["--with-vm"] if with_vm else [])]
         if faults:
             ffile = self.root / "faults.yaml"
             ffile.write_text("".join(f"{k}: {v}\n" for k, v in faults.items()))
@@ -42,6 +46,12 @@ class RunningLab:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RACKLIFE_"))}
         self.env = base | parse_exports(exports)
         self.inventory = Path(self.env["RACKLIFE_INVENTORY"])
+
+    def status(self) -> dict[str, Any]:
+        res = run(dict(os.environ), "lab", "status", "--dir", str(self.dir), "--json")
+        assert res.returncode == 0, res.stderr
+        data: dict[str, Any] = json.loads(res.stdout)
+        return data
 
     def racklife(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return run(self.env, *args, timeout=timeout)
