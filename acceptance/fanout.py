@@ -6,12 +6,12 @@ that refuses the connection, rejects the key, hangs, or has no burn-in installed
 So each node runs in its own worker with its own deadline, at most ``max_in_flight``
 at once, and every outcome records what was asked, when, and why it ended.
 
-The transport is the system OpenSSH client (``ssh`` with argv lists, key
-authentication only, ``BatchMode``, host keys checked against a known_hosts file the
-caller provides): SSH SDKs may only be imported by driver adapters (import-linter), and
-anything implementing :class:`Transport` — a fabric-based driver included — plugs in.
-The remote side receives one command string (that is how SSH works); every word of it
-is quoted with :func:`shlex.quote`, and node, host and user names are validated first.
+Anything implementing :class:`Transport` (run a command, fetch a directory) carries it:
+:class:`acceptance.ssh_fabric.FabricSSH` (fabric, driven by an ssh_config: what the
+workflow uses) or :class:`OpenSSH` here (the system ``ssh`` client with key
+authentication only, ``BatchMode`` and pinned host keys). The remote side receives one
+command string (that is how SSH works); every word of it is quoted with
+:func:`shlex.quote`, and node, host and user names are validated first.
 """
 
 from __future__ import annotations
@@ -99,7 +99,18 @@ class RemoteRun:
 
 
 class Transport(Protocol):
-    def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun: ...
+    def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:
+        """Run argv on the node; exit status 255 means the node could not be reached (as with ssh)."""
+        ...
+
+    def fetch(self, target: Target, remote_dir: str, local_dir: Path, timeout_s: float) -> str | None:
+        """Copy the node's ``remote_dir`` into ``local_dir``: None when done, else why not
+        (starting with "timed out" when the deadline passed)."""
+        ...
+
+    def release(self, target: Target) -> None:
+        """The fan-out is done with this node: close what the transport keeps open for it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -128,24 +139,22 @@ class OpenSSH:
             return RemoteRun(None, exc.stdout or b"", (exc.stderr or b"").decode("utf-8", "replace"), True)
         return RemoteRun(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
 
+    def fetch(self, target: Target, remote_dir: str, local_dir: Path, timeout_s: float) -> str | None:
+        """The directory as a tar stream, unpacked with the ``data`` filter."""
+        got = self.run(target, ["tar", "-C", remote_dir, "-cf", "-", "."], timeout_s)
+        if got.timed_out:
+            return f"timed out after {timeout_s:g} s"
+        if got.exit_code != 0:
+            return f"exited {got.exit_code}: {_tail(got.stderr)}"
+        local_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _unpack(got.stdout, local_dir)
+        except (tarfile.TarError, OSError) as exc:
+            return f"unreadable archive: {exc}"
+        return None
 
-@dataclass(frozen=True)
-class OpenSSHConfig:
-    """The system ``ssh`` client driven by an ssh_config file (host keys, keys, proxies per host).
-
-    The file is the operator's (or the lab's): it must itself pin host keys and
-    key authentication; BatchMode and no-password are enforced here as well.
-    """
-
-    config: Path
-    connect_timeout_s: int = 10
-    binary: str = "ssh"
-    run = OpenSSH.run
-
-    def base_argv(self, target: Target) -> list[str]:
-        return [self.binary, "-F", str(self.config), "-o", "BatchMode=yes", "-o", "PasswordAuthentication=no",
-                "-o", "KbdInteractiveAuthentication=no", "-o", f"ConnectTimeout={self.connect_timeout_s}",
-                "--", target.host]
+    def release(self, target: Target) -> None:
+        """Nothing is kept open: each command is its own ssh process."""
 
 
 @dataclass(frozen=True)
@@ -199,16 +208,14 @@ def run_node(transport: Transport, target: Target, command: BurninCommand, out_r
     left = timeout_s - (clock() - t0)
     if left <= 0:
         return done("timeout", f"no time left within {timeout_s:g} s to fetch {remote_dir}", run.exit_code)
-    fetch = transport.run(target, ["tar", "-C", remote_dir, "-cf", "-", "."], left)
-    if fetch.timed_out or fetch.exit_code != 0:
-        why = "timed out" if fetch.timed_out else f"exited {fetch.exit_code}: {_tail(fetch.stderr)}"
-        return done("timeout" if fetch.timed_out else "failed", f"fetching {remote_dir} {why}", run.exit_code)
     local = out_root / target.node
-    local.mkdir(parents=True, exist_ok=True)
+    why = transport.fetch(target, remote_dir, local, left)
+    if why is not None:
+        return done("timeout" if why.startswith("timed out") else "failed", f"fetching {remote_dir}: {why}",
+                    run.exit_code)
     try:
-        _unpack(fetch.stdout, local)
         result = load_result((local / "result.json").read_text(encoding="utf-8"))
-    except (tarfile.TarError, OSError, ResultFormatError) as exc:
+    except (OSError, ResultFormatError) as exc:
         return done("failed", f"the node's result could not be read: {exc}", run.exit_code, None, local)
     return done("ok", None, run.exit_code, result, local)
 
@@ -239,6 +246,8 @@ def fan_out(
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             outcome = NodeOutcome(target.node, "failed", f"{type(exc).__name__}: {exc}", None, None, None,
                                   _now(), _now())
+        finally:
+            transport.release(target)
         if on_done is not None:
             with lock:
                 on_done(outcome)

@@ -105,10 +105,24 @@ class Isolation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"bad_nodes": sorted(self.bad_nodes), "bad_links": [list(x) for x in sorted(self.bad_links)],
+                "good_nodes": sorted(self.good_nodes),
                 "unresolved": sorted(self.unresolved), "reasons": dict(self.reasons), "rounds": self.n_rounds,
                 "runs": self.n_tests,
                 "history": [{"round": r.number, "groups": [list(g) for g in r.groups], "slow": list(r.slow)}
                             for r in self.rounds]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Isolation:
+        """The inverse of :meth:`to_dict` (a durable workflow step stores the JSON form)."""
+        return cls(
+            bad_nodes=frozenset(d["bad_nodes"]),
+            bad_links=frozenset(link(a, b) for a, b in d["bad_links"]),
+            good_nodes=frozenset(d.get("good_nodes", ())),
+            unresolved=frozenset(d["unresolved"]),
+            reasons=dict(d["reasons"]),
+            rounds=tuple(RoundRecord(int(r["round"]), tuple(tuple(g) for g in r["groups"]),
+                                     tuple(bool(x) for x in r["slow"])) for r in d["history"]),
+        )
 
 
 class IsolationError(ValueError):
@@ -144,7 +158,7 @@ def isolate(
     limit = max_rounds if max_rounds is not None else 4 * (len(order) + 2)
     top = max(2, len(order) // 2) if split == "pairs" else 2
     tasks: list[Task] = []
-    if len(order) > 1:
+    if len(order) > 1 or (order and st.good):  # one suspect is tested with a known-good partner
         tasks.append(Suspect(order, min(top, cap), known_slow=assume_slow, observed=False))
     rounds: list[RoundRecord] = []
     tried: set[Link] = set()

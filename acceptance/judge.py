@@ -110,6 +110,8 @@ class GroupRun:
     report: NcclReport | None
     error: str | None = None
     raw_output: str | None = None
+    job_id: str | None = None  # the scheduler's job id (Slurm), when it ran as a job
+    profile: str | None = None  # the profile it is judged against (default: judge_rack's group_profile)
 
 
 @dataclass(frozen=True)
@@ -306,15 +308,16 @@ def judge_rack(
     policy = policy or OutlierPolicy()
     profiles: dict[str, Profile] = {}
     bad_profiles: dict[str, str] = {}
-    for name in sorted({i.profile for i in inputs} | ({group_profile} if group_profile else set())):
+    wanted = {i.profile for i in inputs} | {g.profile for g in groups if g.profile}
+    for name in sorted(wanted | ({group_profile} if group_profile else set())):
         try:
             profiles[name] = load_profile(name)
         except burnin_profiles.ProfileError as exc:
             bad_profiles[name] = str(exc)
     usable = [i for i in inputs if i.profile in profiles]
     stats, fleet_findings = _fleet(usable, profiles, policy)
-    judged_groups = tuple(judge_group(g, profiles[group_profile]) for g in groups) if group_profile in profiles \
-        else ()
+    judged_groups = tuple(judge_group(g, profiles[p]) for g in groups
+                          if (p := g.profile or group_profile) is not None and p in profiles)
     nodes: list[NodeJudgement] = []
     for inp in inputs:
         if inp.profile in bad_profiles:

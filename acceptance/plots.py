@@ -5,7 +5,9 @@ A table of peak numbers hides the shape of a curve: a node whose busbw flattens 
 a fleet distribution shows at a glance whether one node trails or the whole rack does.
 Figures are built with matplotlib's object API on the Agg/SVG backends (no pyplot
 global state, safe in a worker thread) and rendered to SVG with glyphs as paths, so the
-page needs no fonts, files or network.
+page needs no fonts, files or network. matplotlib is imported when a plot is drawn, not
+with this module: every ``racklife`` command that loads the workflows imports it, and
+matplotlib alone takes about a second to import.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Mapping, Sequence
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from acceptance.judge import MODIFIED_Z, FleetStat, OutlierPolicy
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Curve = Sequence[tuple[int, float]]  # (message size in bytes, busbw GB/s)
 
@@ -41,6 +45,8 @@ def _size_label(n: float) -> str:
 
 def busbw_curves(curves: Mapping[str, Curve], failing: set[str], title: str, floor: float | None = None) -> str:
     """One line per node (failing nodes in red), optional horizontal floor; returns SVG."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.5, 3.6))
     ax = fig.add_subplot()
     hue = {name: _FAILING[i % len(_FAILING)] for i, name in enumerate(sorted(failing))}
@@ -71,6 +77,8 @@ def busbw_curves(curves: Mapping[str, Curve], failing: set[str], title: str, flo
 def fleet_distribution(stats: Sequence[FleetStat], flagged: Mapping[str, set[str]], policy: OutlierPolicy) -> str:
     """One strip per metric: each node's value, the median, and the line below which a node is flagged."""
     applied = [s for s in stats if s.applied and s.median is not None and s.values]
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.5, 1.5 + 1.2 * max(1, len(applied))))
     if not applied:
         ax = fig.add_subplot()

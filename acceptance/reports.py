@@ -68,7 +68,7 @@ def to_json(r: ReportInput) -> str:
         "fleet": [asdict(s) for s in j.fleet],
         "outlier_policy": asdict(j.policy),
         "multi_node": [{"nodes": list(g.run.nodes), "kind": g.run.kind, "verdict": g.verdict,
-                        "finding": asdict(g.finding)} for g in j.groups],
+                        "job_id": g.run.job_id, "finding": asdict(g.finding)} for g in j.groups],
         "isolation": _isolation_doc(r.isolation),
     }
     return json.dumps(doc, indent=2, default=str) + "\n"

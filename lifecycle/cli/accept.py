@@ -1,4 +1,4 @@
-"""`racklife accept RACK|--nodes …`: burn in, judge, keep the evidence, gate the nodes."""
+"""`racklife accept RACK|--nodes …`: burn in, run multi-node NCCL through Slurm, judge, keep the evidence, gate."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def accept_cmd(
     operator: str | None = typer.Option(None, "--operator", help="Who accepts (default: the login name)."),
     max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024),
     timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds per node for burn-in."),
+    multi_node: bool = typer.Option(True, "--multi-node/--no-multi-node",
+                                    help="Run all_reduce across nodes through Slurm (srun) after burn-in."),
+    nccl_tests: str | None = typer.Option(None, "--nccl-tests", envvar="RACKLIFE_NCCL_TESTS",
+                                          help="all_reduce_perf for multi-node runs (default: the one on the "
+                                               "nodes' PATH)."),
+    multi_node_timeout: float = typer.Option(1800.0, "--multi-node-timeout", min=10,
+                                             help="Seconds per round of multi-node srun jobs."),
+    max_parallel: int | None = typer.Option(None, "--max-parallel-runs", min=1,
+                                            help="At most this many multi-node jobs at once (default: a round)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Accept a rack: passing nodes become `accepted`; failing ones `quarantined` (and drained in Slurm)."""
@@ -63,7 +72,8 @@ def accept_cmd(
             "level": level, "work_dir": str(work), "report_dir": str(report_dir or work / "reports"),
             "operator": operator or getpass.getuser(), "ssh_config": str(ssh_config.resolve()),
             "profile": profile, "burnin_python": burnin_python, "max_in_flight": max_in_flight,
-            "timeout_s": timeout,
+            "timeout_s": timeout, "multi_node": multi_node, "nccl_binary": nccl_tests,
+            "multi_node_timeout_s": multi_node_timeout, "multi_node_max_parallel": max_parallel,
         }
         with engine.with_id(wid):
             handle = DBOS.start_workflow(accept.accept_nodes, names, settings)

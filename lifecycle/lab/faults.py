@@ -7,7 +7,8 @@ new one is an injection. This module owns the catalogue of profiles and both
 file formats, so the CLI, the node and the tools agree on them.
 
 The YAML file maps node names to a profile, either as a bare name or as a
-mapping that also says which GPU (or InfiniBand port, for ``ib-down``) is hit:
+mapping that also says which GPU (or InfiniBand port, for ``ib-down`` and
+``ib-slow``) is hit:
 
     node-03: xid79
     node-05: {profile: pcie-degraded, gpu: 2}
@@ -35,6 +36,8 @@ PROFILES: dict[str, str] = {
     "(Gen5 x16 -> Gen4 x8)",
     "slow-nvlink": "NVLink bandwidth is low: nccl-tests busbw about a third of the SKU's",
     "ib-down": "one InfiniBand port is down (State: Down, Physical state: Disabled)",
+    "ib-slow": "one InfiniBand link is Active at full rate but loses packets (a bad cable): ibstat and "
+    "single-node checks look healthy; multi-node all_reduce through that rail runs at a quarter speed",
     "dcgm-power": "DCGM targeted power fails on one GPU (power below the minimum ratio)",
 }
 

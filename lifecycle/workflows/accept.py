@@ -1,8 +1,10 @@
 """Rack acceptance as a durable workflow: burn in, judge, keep the evidence, gate the nodes.
 
 Nodes move provisioned (or accepted, quarantined, drained) → burning_in; burn-in
-fans out over SSH; the rack is judged against each node's SKU profile and
-against its peers; the evidence bundle and the three reports are written;
+fans out over SSH; nodes that pass it run all_reduce across nodes through Slurm
+(``srun``: pairs and rings from the topology labels, then isolation rounds when a
+run is slow); the rack is judged against each node's SKU profile, against its
+peers and by the multi-node runs; the evidence bundle and the three reports are written;
 then every node gets an acceptance record and moves to ``accepted`` or
 ``quarantined``. A quarantined node in a Slurm pool is drained with
 racklife's owner prefix so the scheduler stops using it. Missing data is a
@@ -11,7 +13,11 @@ failure (the judge fails closed).
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,12 +26,18 @@ from typing import Any
 from dbos import DBOS
 
 from acceptance.evidence import BundleMeta, write_bundle
-from acceptance.fanout import BurninCommand, OpenSSHConfig, Target, fan_out, to_input
-from acceptance.judge import judge_rack
+from acceptance.fanout import BurninCommand, NodeOutcome, Target, fan_out, to_input
+from acceptance.isolation import Isolation
+from acceptance.judge import GroupRun, NodeInput, judge_group, judge_rack
+from acceptance.multinode import LaunchRecord, Srun, run_stage
 from acceptance.reports import ReportInput, write_reports
+from acceptance.topology import Placement
+from burnin import profiles as burnin_profiles
 from burnin.result import load_result
 from lifecycle import __version__
-from lifecycle.store import AcceptanceRecord, shared_store
+from lifecycle.drivers.slurm.driver import SlurmDriver
+from lifecycle.model.inventory import Pool
+from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
@@ -42,6 +54,11 @@ class AcceptSettings:
     burnin_python: str = "python3"
     max_in_flight: int = 8
     timeout_s: float = 3600.0
+    multi_node: bool = True
+    nccl_binary: str | None = None  # None: the all_reduce_perf on the nodes' PATH, asked over SSH
+    multi_node_timeout_s: float = 1800.0  # per round of srun jobs
+    multi_node_max_parallel: int | None = None  # srun jobs at once; None: a whole round
+    slurm_ready_s: float = 120.0  # how long to wait for just-provisioned nodes to be idle in Slurm
 
 
 @dataclass
@@ -57,35 +74,33 @@ class NodeVerdict:
 @DBOS.step()
 def burn_in(nodes: list[str], settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Run burn-in on every node (bounded, per-node timeout); return where each result landed."""
+    from acceptance.ssh_fabric import FabricSSH  # fabric and paramiko: only when SSH is used
+
     cfg = AcceptSettings(**settings)
     store = shared_store()
     skus = {n: store.get(n).sku for n in nodes}
-    transport = OpenSSHConfig(Path(cfg.ssh_config))
+    transport = FabricSSH(Path(cfg.ssh_config))
     out: dict[str, dict[str, Any]] = {}
     by_profile: dict[str, list[str]] = {}
     for n in nodes:
         by_profile.setdefault(cfg.profile or skus[n], []).append(n)
-    for profile, group in sorted(by_profile.items()):
-        command = BurninCommand(profile, cfg.level, current_run_id(), python=cfg.burnin_python)
-        outcomes = fan_out(transport, [Target(n, n) for n in group], command, Path(cfg.work_dir) / "collected",
-                           max_in_flight=cfg.max_in_flight, timeout_s=cfg.timeout_s)
-        for o in outcomes:
-            out[o.node] = {"profile": profile, "status": o.status, "reason": o.reason,
-                           "local_dir": str(o.local_dir) if o.local_dir else None,
-                           "started_at": o.started_at, "ended_at": o.ended_at}
+    try:
+        for profile, group in sorted(by_profile.items()):
+            command = BurninCommand(profile, cfg.level, current_run_id(), python=cfg.burnin_python)
+            outcomes = fan_out(transport, [Target(n, n) for n in group], command, Path(cfg.work_dir) / "collected",
+                               max_in_flight=cfg.max_in_flight, timeout_s=cfg.timeout_s)
+            for o in outcomes:
+                out[o.node] = {"profile": profile, "status": o.status, "reason": o.reason,
+                               "local_dir": str(o.local_dir) if o.local_dir else None,
+                               "started_at": o.started_at, "ended_at": o.ended_at}
+    finally:
+        transport.close()
     return out
 
 
-@DBOS.step()
-def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], settings: dict[str, Any],
-                     started_at: str) -> list[dict[str, Any]]:
-    """Judge the rack, write evidence and reports, and store one acceptance record per node."""
-    from acceptance.fanout import NodeOutcome
-
-    cfg = AcceptSettings(**settings)
-    run_id = current_run_id()
-    store = shared_store()
-    recs = {n: store.get(n) for n in nodes}
+def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
+                recs: dict[str, NodeRecord]) -> list[NodeInput]:
+    """The judge's view of what the fan-out brought back (re-read from disk: steps pass JSON)."""
     inputs = []
     for n in nodes:
         c = collected[n]
@@ -96,15 +111,146 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
                               Path(c["local_dir"]) if c["local_dir"] else None, None,
                               c["started_at"], c["ended_at"])
         inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack))
-    judgement = judge_rack(inputs)
+    return inputs
+
+
+@DBOS.step()
+def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """All_reduce across nodes through Slurm for the nodes that passed burn-in; isolate slow ones."""
+    cfg = AcceptSettings(**settings)
+    store = shared_store()
+    recs = {n: store.get(n) for n in nodes}
+    single = judge_rack(node_inputs(nodes, collected, recs)).by_node()
+    return run_multi_node(recs, {n: collected[n]["profile"] for n in nodes}, {n: single[n].passed for n in nodes},
+                          {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id())
+
+
+def _placement(rec: NodeRecord) -> Placement:
+    """The node's fabric labels; without them the rack is its leaf and one spine serves all."""
+    topo = rec.spec.get("topology") or {}
+    return Placement(rec.name, topo.get("leaf") or rec.rack, topo.get("spine") or "spine", topo.get("nvlink_block"))
+
+
+def schedulable(nodes: list[str], wait_s: float, driver: SlurmDriver | None = None,
+                sleep: Callable[[float], None] = time.sleep,
+                clock: Callable[[], float] = time.monotonic) -> tuple[list[str], dict[str, str]]:
+    """Nodes Slurm can run an exclusive job on now (waiting up to ``wait_s`` for ones that are
+    still coming up, never for drained ones), and why not the rest."""
+    from lifecycle.drivers.errors import DriverError
+    from lifecycle.drivers.slurm.runner import CommandRunner
+
+    driver = driver or SlurmDriver(CommandRunner(env=_slurm_env()))
+    deadline = clock() + wait_s
+    while True:
+        try:
+            found = {n.name: n for n in driver.nodes(nodes)}
+        except (DriverError, ValueError) as exc:
+            return [], {n: f"Slurm does not know the node: {exc}" for n in nodes}
+        why: dict[str, str] = {}
+        waiting = False
+        for n in nodes:
+            st = found[n].state
+            if st.drain:  # stays so until someone resumes it: not worth waiting for
+                why[n] = f"drained in Slurm ({found[n].owner.describe()}): jobs cannot run there"
+            elif not st.responding or st.powered_down or st.base != "idle":
+                why[n] = f"not idle in Slurm (state {st}): an exclusive job would wait for it"
+                waiting = True
+        if not waiting or clock() >= deadline:
+            return [n for n in nodes if n not in why], why
+        sleep(1.0)
+
+
+def _slurm_env() -> dict[str, str]:
+    """The controller's environment for Slurm clients, without a slurmrestd token: srun authenticates
+    with munge, and a SLURM_JWT in its environment makes step launch fail."""
+    return {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
+
+
+def _nccl_binary(cfg: AcceptSettings, node: str) -> str:
+    """The configured all_reduce_perf, else the one on ``node``'s PATH (asked over SSH), else the bare name."""
+    if cfg.nccl_binary:
+        return cfg.nccl_binary
+    from acceptance.ssh_fabric import FabricSSH
+
+    ssh = FabricSSH(Path(cfg.ssh_config))
+    try:
+        run = ssh.run(Target(node, node), ["sh", "-c", "command -v all_reduce_perf"], 30.0)
+    finally:
+        ssh.close()
+    path = run.stdout.decode("utf-8", "replace").strip() if run.exit_code == 0 else ""
+    return path if path.startswith("/") and "\n" not in path else "all_reduce_perf"
+
+
+def _slow(limits: burnin_profiles.Profile, run: GroupRun) -> bool:
+    """The isolation oracle: a run that missed the profile's multi-node floor, or gave no result."""
+    return judge_group(run, limits).verdict != "pass"
+
+
+def run_multi_node(recs: dict[str, NodeRecord], profiles: dict[str, str], passed: dict[str, bool],
+                   pools: dict[str, Pool], cfg: AcceptSettings, run_id: str) -> dict[str, Any]:
+    """Pair the nodes that passed burn-in, per profile and Slurm partition; every node left out says why."""
+    left: dict[str, str] = {}
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for n, rec in recs.items():
+        pool = pools[n]
+        if not passed[n]:
+            left[n] = "failed single-node burn-in: not paired"
+        elif pool.scheduler != "slurm" or not pool.partition:
+            left[n] = f"pool '{rec.pool}' is not a Slurm pool: multi-node runs go through srun"
+        else:
+            by_key.setdefault((profiles[n], pool.partition), []).append(n)
+    stages = []
+    for (profile, partition), members in sorted(by_key.items()):
+        ready, waiting = schedulable(sorted(members), cfg.slurm_ready_s)
+        left.update(waiting)
+        if len(ready) < 2:
+            left.update({n: "no second schedulable node of its profile in its partition" for n in ready})
+            continue
+        limits = burnin_profiles.load(profile)
+        srun = Srun(job_name=f"racklife-{run_id}", partition=partition, binary=_nccl_binary(cfg, ready[0]),
+                    env=_slurm_env(), time_limit_min=max(1, int(cfg.multi_node_timeout_s // 60)))
+        stage = run_stage([_placement(recs[n]) for n in ready],
+                          functools.partial(srun.run_round, timeout_s=cfg.multi_node_timeout_s),
+                          functools.partial(_slow, limits), profile=profile,
+                          max_parallel=cfg.multi_node_max_parallel)
+        stages.append({"profile": profile, "partition": partition, "nccl_binary": srun.binary, **stage.to_dict()})
+    return {"stages": stages, "left_out": left}
+
+
+def _multi_node_runs(mn: dict[str, Any]) -> tuple[list[GroupRun], dict[str, str], Isolation | None]:
+    runs: list[GroupRun] = []
+    culprits: dict[str, str] = {}
+    isolation = None
+    for st in mn.get("stages", []):
+        runs += [LaunchRecord.from_dict(x).group_run(st["profile"]) for x in st["launches"]]
+        if st.get("isolation"):
+            iso = Isolation.from_dict(st["isolation"])
+            culprits.update(iso.culprits())
+            isolation = isolation or iso
+    return runs, culprits, isolation
+
+
+@DBOS.step()
+def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], settings: dict[str, Any],
+                     started_at: str, mn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Judge the rack, write evidence and reports, and store one acceptance record per node."""
+    cfg = AcceptSettings(**settings)
+    run_id = current_run_id()
+    store = shared_store()
+    recs = {n: store.get(n) for n in nodes}
+    inputs = node_inputs(nodes, collected, recs)
+    runs, culprits, isolation = _multi_node_runs(mn or {})
+    judgement = judge_rack(inputs, groups=runs, culprits=culprits)
     ended = datetime.now(UTC).isoformat(timespec="seconds")
     racks = sorted({r.rack for r in recs.values()})
     meta = BundleMeta(",".join(racks), cfg.operator, started_at, ended, __version__, cfg.level,
                       policy=f"racklife accept ({cfg.operator})")
     evidence_dir = Path(cfg.work_dir) / "evidence"
     node_dirs = {n: Path(c["local_dir"]) for n, c in collected.items() if c["local_dir"]}
-    digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta)
-    write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, evidence_digest=digest))
+    digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta, isolation=isolation,
+                          extra_rack_data={"multi_node_stage": _stage_summary(mn or {})})
+    write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, isolation=isolation,
+                                                    evidence_digest=digest))
     verdicts = []
     now = datetime.now(UTC)
     existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
@@ -121,6 +267,14 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
                 str(evidence_dir), digest))
         verdicts.append(asdict(NodeVerdict(j.node, j.passed, "", j.reasons(), rec_id)))
     return verdicts
+
+
+def _stage_summary(mn: dict[str, Any]) -> dict[str, Any]:
+    """What rack.json keeps of the stage (the raw outputs are files of their own in the bundle)."""
+    return {"left_out": mn.get("left_out", {}), "error": mn.get("error"),
+            "stages": [{k: v for k, v in st.items() if k != "launches"}
+                       | {"runs": [{k: v for k, v in x.items() if k not in ("stdout", "stderr")}
+                                   for x in st["launches"]]} for st in mn.get("stages", [])]}
 
 
 @DBOS.step()
@@ -156,7 +310,8 @@ def accept_nodes(nodes: list[str], settings: dict[str, Any]) -> list[dict[str, A
     if not testing:
         return skipped
     collected = burn_in(testing, settings)
-    verdicts = judge_and_record(testing, collected, settings, started_at)
+    mn = multi_node(testing, collected, settings) if settings.get("multi_node", True) else None
+    verdicts = judge_and_record(testing, collected, settings, started_at, mn)
     store = shared_store()
     slurm_pools = {n: store.pool(store.get(n).pool).scheduler == "slurm" for n in testing}
     for v in verdicts:

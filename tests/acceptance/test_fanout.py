@@ -2,8 +2,10 @@
 
 Each "node" is the same sshd reached under another node name; burn-in runs there for
 real (``python -m burnin run``) with captured tool outputs on its PATH, and the result
-directory is fetched back. Unreachable, mis-keyed and hanging nodes come back as failed
-nodes with the reason, and the other nodes' results are unaffected.
+directory is fetched back. Unreachable, mis-keyed, unknown-host-key and hanging nodes
+come back as failed nodes with the reason, and the other nodes' results are unaffected.
+Both transports run the same tests: fabric driven by an ssh_config (what the workflow
+uses) and the system ssh client.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from acceptance.fanout import (
     OpenSSH,
     RemoteRun,
     Target,
+    Transport,
     fan_out,
     to_input,
 )
+from acceptance.ssh_fabric import FabricSSH
 
 SSHD = "/usr/sbin/sshd"
 
@@ -66,7 +70,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {d / 'authorized_keys'}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-        "MaxStartups 50\nLogLevel ERROR\n")
+        "MaxStartups 50\nLogLevel ERROR\nSubsystem sftp internal-sftp\n")
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
     log = (d / "sshd.log").open("wb")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=log)
@@ -111,10 +115,36 @@ def command(node_path: Path, tmp: Path, python: str = sys.executable) -> BurninC
                          env={"PATH": f"{node_path}:/usr/bin:/bin"}, skip=("stress",))
 
 
+def ssh_config(sshd: Sshd, d: Path, key: Path, known_hosts: Path, nodes: dict[str, int]) -> Path:
+    """An ssh_config with one Host block per node name (each a port on 127.0.0.1)."""
+    blocks = [f"Host {name}\n    HostName 127.0.0.1\n    Port {port}\n    User root\n    IdentityFile \"{key}\"\n"
+              f"    IdentitiesOnly yes\n    UserKnownHostsFile \"{known_hosts}\"\n    StrictHostKeyChecking yes\n"
+              for name, port in nodes.items()]
+    path = d / "ssh_config"
+    path.write_text("\n".join(blocks))
+    return path
+
+
+def transport(kind: str, sshd: Sshd, d: Path, names: Sequence[str], *, key: Path | None = None,
+              known_hosts: Path | None = None, ports: dict[str, int] | None = None,
+              ) -> tuple[Transport, list[Target]]:
+    """The transport under test and targets for ``names`` (ports default to the test sshd)."""
+    key = key or sshd.client_key
+    known_hosts = known_hosts or sshd.known_hosts
+    port_of = {n: (ports or {}).get(n, sshd.port) for n in names}
+    if kind == "fabric":
+        return (FabricSSH(ssh_config(sshd, d, key, known_hosts, port_of), connect_timeout_s=5),
+                [Target(n, n) for n in names])
+    return OpenSSH(key, known_hosts, connect_timeout_s=5), [Target(n, "127.0.0.1", port_of[n]) for n in names]
+
+
+KINDS = pytest.mark.parametrize("kind", ["fabric", "openssh"])
+
+
 class Counting:
     """The real transport, counting how many nodes are in flight at once."""
 
-    def __init__(self, inner: OpenSSH) -> None:
+    def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.now = 0
         self.peak = 0
@@ -130,13 +160,20 @@ class Counting:
             with self.lock:
                 self.now -= 1
 
+    def fetch(self, target: Target, remote_dir: str, local_dir: Path, timeout_s: float) -> str | None:
+        return self.inner.fetch(target, remote_dir, local_dir, timeout_s)
+
+    def release(self, target: Target) -> None:
+        self.inner.release(target)
+
 
 @pytest.mark.root
-def test_fan_out_collects_results_and_reports_unreachable_nodes(sshd: Sshd, node_path: Path, tmp_path: Path) -> None:
-    ssh = Counting(OpenSSH(sshd.client_key, sshd.known_hosts, connect_timeout_s=5))
-    closed = _free_port()
-    targets = [Target(f"gpu-{i:02d}", "127.0.0.1", sshd.port) for i in range(1, 4)]
-    targets.append(Target("gpu-dead", "127.0.0.1", closed))
+@KINDS
+def test_fan_out_collects_results_and_reports_unreachable_nodes(kind: str, sshd: Sshd, node_path: Path,
+                                                                tmp_path: Path) -> None:
+    names = [f"gpu-{i:02d}" for i in range(1, 4)] + ["gpu-dead"]
+    inner, targets = transport(kind, sshd, tmp_path, names, ports={"gpu-dead": _free_port()})
+    ssh = Counting(inner)
     seen: list[NodeOutcome] = []
     outcomes = fan_out(ssh, targets, command(node_path, tmp_path), tmp_path / "collected", max_in_flight=2,
                        timeout_s=120, on_done=seen.append)
@@ -155,27 +192,35 @@ def test_fan_out_collects_results_and_reports_unreachable_nodes(sshd: Sshd, node
         assert o.exit_code == 1
     dead = outcomes[3]
     assert dead.status == "unreachable" and dead.result is None
-    assert "Connection refused" in (dead.reason or "")
+    assert ("Connection refused" if kind == "openssh" else "Unable to connect") in (dead.reason or "")
     node_input = to_input(dead, "h100-sxm-8", position=4, rack="rack-a")
-    assert node_input.result is None and (node_input.error or "").startswith("unreachable: ssh to 127.0.0.1")
+    assert node_input.result is None and (node_input.error or "").startswith("unreachable: ssh to")
 
 
 @pytest.mark.root
-def test_wrong_key_missing_burnin_and_timeouts_are_failed_nodes(sshd: Sshd, node_path: Path, tmp_path: Path) -> None:
-    wrong = OpenSSH(sshd.other_key, sshd.known_hosts, connect_timeout_s=5)
-    [denied] = fan_out(wrong, [Target("gpu-01", "127.0.0.1", sshd.port)], command(node_path, tmp_path),
-                       tmp_path / "c1", timeout_s=60)
-    assert denied.status == "unreachable" and "Permission denied" in (denied.reason or "")
-    ssh = OpenSSH(sshd.client_key, sshd.known_hosts, connect_timeout_s=5)
-    [missing] = fan_out(ssh, [Target("gpu-01", "127.0.0.1", sshd.port)],
-                        command(node_path, tmp_path, python="/nonexistent/python3"), tmp_path / "c2", timeout_s=60)
+@KINDS
+def test_wrong_key_missing_burnin_and_timeouts_are_failed_nodes(kind: str, sshd: Sshd, node_path: Path,
+                                                                tmp_path: Path) -> None:
+    wrong, targets = transport(kind, sshd, tmp_path, ["gpu-01"], key=sshd.other_key)
+    [denied] = fan_out(wrong, targets, command(node_path, tmp_path), tmp_path / "c1", timeout_s=60)
+    assert denied.status == "unreachable"
+    assert ("Permission denied" if kind == "openssh" else "key rejected") in (denied.reason or "")
+    stranger = tmp_path / "known_hosts_other"
+    stranger.write_text(f"[127.0.0.1]:{sshd.port} {(sshd.other_key.with_suffix('.pub')).read_text()}")
+    pinned, targets = transport(kind, sshd, tmp_path, ["gpu-01"], known_hosts=stranger)
+    [spoofed] = fan_out(pinned, targets, command(node_path, tmp_path), tmp_path / "c0", timeout_s=60)
+    assert spoofed.status == "unreachable" and spoofed.result is None
+    assert ("Host key verification failed" if kind == "openssh" else "does not match") in (spoofed.reason or "")
+    ssh, targets = transport(kind, sshd, tmp_path, ["gpu-01"])
+    [missing] = fan_out(ssh, targets, command(node_path, tmp_path, python="/nonexistent/python3"), tmp_path / "c2",
+                        timeout_s=60)
     assert missing.status == "failed" and missing.exit_code == 127
     hang = node_path.parent / "hang"
     hang.mkdir(exist_ok=True)
     (hang / "python3").write_text("#!/bin/sh\nexec sleep 30\n")
     (hang / "python3").chmod(0o755)
-    [slow] = fan_out(ssh, [Target("gpu-01", "127.0.0.1", sshd.port)],
-                     command(node_path, tmp_path, python=str(hang / "python3")), tmp_path / "c3", timeout_s=2)
+    [slow] = fan_out(ssh, targets, command(node_path, tmp_path, python=str(hang / "python3")), tmp_path / "c3",
+                     timeout_s=2)
     assert slow.status == "timeout" and "2 s" in (slow.reason or "")
 
 

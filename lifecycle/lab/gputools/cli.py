@@ -3,29 +3,46 @@
 The tool is the name it was called as (``argv[0]``, i.e. the symlink's name)
 and the node is the directory above the symlink, so a tool needs no
 environment: `ssh node nvidia-smi` works as long as the node's ``bin/`` is on
-PATH.
+PATH. Under Slurm the node is the one slurmd names (``SLURMD_NODENAME``), since
+every lab slurmd runs on the same host and any node's ``bin/`` may be the one
+started.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, nccl, nvsmi
-from lifecycle.lab.gputools.state import load
+from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, multinode, nccl, nvsmi
+from lifecycle.lab.gputools.state import NODE_FILE, load
 
 LAUNCHER = "gputool"
 
 
-def run(tool: str, argv: list[str], node_dir: Path) -> tuple[str, int]:
+def _nccl(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) -> tuple[str, int]:
+    step = multinode.slurm_step(env)
+    if step is None or len(step.nodes) < 2:
+        return nccl.main(tool, argv, load(node_dir))
+    if step.procid != 0:
+        return "", 0
+    dirs = [node_dir.parent / n for n in step.nodes]
+    missing = [d.name for d in dirs if not (d / NODE_FILE).is_file()]
+    if missing:
+        return f"{tool}: step nodes are not lab nodes: {', '.join(missing)}\n", 1
+    return nccl.main_multinode(tool, argv, step, [load(d) for d in dirs])
+
+
+def run(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str] | None = None) -> tuple[str, int]:
+    env = os.environ if env is None else env
+    if tool in nccl.OPS:
+        return _nccl(tool, argv, node_dir, env)
     s = load(node_dir)
     if tool == "nvidia-smi":
         return nvsmi.main(argv, s)
     if tool == "dcgmi":
         return dcgmi.main(argv, s)
-    if tool in nccl.OPS:
-        return nccl.main(tool, argv, s)
     if tool == "ibstat":
         return ib.ibstat(argv, s)
     if tool == "ibv_devinfo":
@@ -37,7 +54,7 @@ def run(tool: str, argv: list[str], node_dir: Path) -> tuple[str, int]:
 
 def main() -> int:
     called = Path(sys.argv[0])
-    text, code = run(called.name, sys.argv[1:], called.absolute().parent.parent)
+    text, code = run(called.name, sys.argv[1:], multinode.node_dir(called.absolute().parent.parent, os.environ))
     sys.stdout.write(text)
     sys.stdout.flush()
     return code

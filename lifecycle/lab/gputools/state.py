@@ -67,6 +67,8 @@ MODELS: dict[str, GpuModel] = {
 # PCI buses of an HGX H100 board (fixtures/nvidia-smi/thamada_H100SXMx8_nvidia-smi.txt).
 BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 HCA_BUSES = (0x1A, 0x3C, 0x4D, 0x5E, 0x9C, 0xBC, 0xCC, 0xDC)
+RAIL_EFFICIENCY = 0.97
+LOSSY_LINK_HEALTH = 0.25
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,18 @@ class Hca:
     node_guid: int
     lid: int
     up: bool
+    health: float = 1.0
+    """Share of the link's rate that traffic really gets (below 1: a lossy cable that still trains)."""
 
     @property
     def name(self) -> str:
         return f"mlx5_{self.index}"
+
+    @property
+    def data_gbytes_s(self) -> float:
+        """What one rail carries for NCCL: ~97 % of the signalling rate (48.5 GB/s at NDR 400G,
+        in the 46-48 GB/s per NIC that nccl-tests #290 and #319 report), times its health."""
+        return self.rate / 8 * RAIL_EFFICIENCY * self.health if self.up else 0.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +186,7 @@ def _hca(name: str, index: int, rate: int, fault: Fault, ports: int) -> Hca:
         node_guid=(0x946DAE0300 << 24) | int.from_bytes(d[:3]),
         lid=1 + int.from_bytes(d[3:5]) % 4000,
         up=not (fault.profile == "ib-down" and fault.gpu % max(ports, 1) == index),
+        health=LOSSY_LINK_HEALTH if fault.profile == "ib-slow" and fault.gpu % max(ports, 1) == index else 1.0,
     )
 
 
