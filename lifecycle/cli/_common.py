@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # Exit codes shared by all commands.
@@ -26,7 +27,7 @@ JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
 def fail(message: str, code: int = BAD_INPUT) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -1,18 +1,16 @@
-"""Build an image from its definition: fetch pinned Debian packages, assemble, hash, write a manifest.
+"""Build an image from its definition: ``initramfs`` images here, ``rootfs`` images in rootfs.py.
 
-The package set is resolved once to exact versions and recorded; the
-initramfs is written by our own deterministic cpio writer and gzip with a
-zero mtime, so the same inputs give byte-identical artefacts and a manifest
-that differs only in its build time.
+For an initramfs image the package set is resolved once to exact versions and
+recorded; the initramfs is written by our own deterministic cpio writer and
+gzip with a zero mtime, so the same inputs give byte-identical artefacts and a
+manifest that differs only in its build time.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,13 +20,12 @@ from typing import Any
 
 from lifecycle import __version__
 from lifecycle.imaging import cpio
+from lifecycle.imaging.common import BuildError, run, sha256
 from lifecycle.imaging.definition import ImageDefinition
 
+__all__ = ["BuildError", "Package", "build", "resolve"]
+
 Log = Callable[[str], None]
-
-
-class BuildError(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -37,21 +34,11 @@ class Package:
     version: str
 
 
-def _run(argv: list[str], cwd: Path | None = None) -> str:
-    try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
-    except FileNotFoundError:
-        raise BuildError(f"{argv[0]} is not installed") from None
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-500:]}")
-    return proc.stdout
-
-
 def resolve(spec: str) -> Package:
     """``name`` or ``name=version`` to an exact package; metapackages (linux-image-amd64) followed once."""
     name, _, version = spec.partition("=")
     if not version:
-        show = _run(["apt-cache", "show", "--no-all-versions", name])
+        show = run(["apt-cache", "show", "--no-all-versions", name])
         fields = dict(re.findall(r"^([A-Za-z-]+): (.*)$", show, re.M))
         if "Version" not in fields:
             raise BuildError(f"package {name} not found in the apt index (run apt-get update)")
@@ -66,25 +53,23 @@ def resolve(spec: str) -> Package:
 def _fetch(pkg: Package, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     for deb in cache.glob(f"{pkg.name}_*.deb"):
-        if _run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
+        if run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
             return deb
-    _run(["apt-get", "download", "-o", "APT::Sandbox::User=root", f"{pkg.name}={pkg.version}"], cwd=cache)
+    run(["apt-get", "download", "-o", "APT::Sandbox::User=root", f"{pkg.name}={pkg.version}"], cwd=cache)
     for deb in cache.glob(f"{pkg.name}_*.deb"):
-        if _run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
+        if run(["dpkg-deb", "-f", str(deb), "Version"]).strip() == pkg.version:
             return deb
     raise BuildError(f"apt-get download gave no .deb for {pkg.name} {pkg.version}")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log = lambda _: None) -> dict[str, Any]:
     """Build ``defn`` into ``out/NAME-VERSION/``; return the manifest (also written as manifest.json)."""
+    if defn.kind == "rootfs":
+        from lifecycle.imaging.rootfs import build_rootfs
+
+        return build_rootfs(defn, defdir, out, cache, log=log).manifest
+    if defn.init is None:
+        raise BuildError("an initramfs image needs `init`")
     target = out / f"{defn.name}-{defn.version}"
     kernel_pkg = resolve(defn.kernel.package)
     pkgs = [kernel_pkg, *(resolve(p) for p in defn.packages)]
@@ -94,7 +79,7 @@ def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log 
         roots: dict[str, Path] = {}
         for p, deb in debs.items():
             roots[p.name] = Path(tmp) / p.name
-            _run(["dpkg-deb", "-x", str(deb), str(roots[p.name])])
+            run(["dpkg-deb", "-x", str(deb), str(roots[p.name])])
         kroot = roots[kernel_pkg.name]
         vmlinuz = sorted((kroot / "boot").glob("vmlinuz-*"))
         if not vmlinuz:
@@ -125,9 +110,9 @@ def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log 
         "kind": defn.kind,
         "base": defn.base.model_dump(),
         "kernel_version": kver,
-        "packages": [{"name": p.name, "version": p.version, "deb_sha256": _sha256(debs[p])}
+        "packages": [{"name": p.name, "version": p.version, "deb_sha256": sha256(debs[p])}
                      for p in sorted(pkgs, key=lambda x: x.name)],
-        "artefacts": {f: {"sha256": _sha256(target / f), "size": (target / f).stat().st_size}
+        "artefacts": {f: {"sha256": sha256(target / f), "size": (target / f).stat().st_size}
                       for f in ("vmlinuz", "initrd.img")},
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "builder": {"name": "racklife", "version": __version__},

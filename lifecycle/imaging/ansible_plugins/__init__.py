@@ -1,0 +1,1 @@
+"""Ansible plugins racklife ships (loaded by path through ANSIBLE_*_PLUGINS, not imported)."""

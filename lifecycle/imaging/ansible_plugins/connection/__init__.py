@@ -1,0 +1,1 @@
+"""Connection plugins: racklife_chroot, for image builds."""
