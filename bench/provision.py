@@ -1,17 +1,23 @@
 """Provision N emulated nodes with --max-in-flight M and a simulated boot time T.
 
 Prints total time, the ideal time ceil(N/M) x T, their ratio, the controller's
-CPU seconds and peak RSS. Goal (issue 5): ratio <= 1.15 and RSS <= 500 MB.
+CPU seconds (in all and per node) and its peak RSS, and the CPU of the two
+stand-ins next to it. Goal (issue 5): ratio <= 1.15 and RSS <= 500 MB.
 
-The controller here is the real one: the provisioning workflows on DBOS
-(SQLite in WAL mode), the Redfish driver, the boot server with single-use
-tokens. The BMCs are the project's Redfish emulator in its own process (one
-port per BMC, serial, NIC and 8 GPUs per system so inspection matches). Each
-node's "firmware" is simulated in a small thread of this process: when the
-emulator reports a power-on, it waits T seconds, fetches the node's iPXE
-script from the boot server over HTTP and phones home with the token, as the
-minimal image does. Its CPU is counted in the controller's (it is small: two
-HTTP requests per node).
+Three processes, so that each one's CPU is counted on its own:
+
+* the controller (this process): the provisioning workflows on DBOS (SQLite
+  in WAL mode), the Redfish driver, the boot server with single-use tokens;
+* the BMCs: the project's Redfish emulator (one port per BMC, serial, NIC and
+  8 GPUs per system so inspection matches, power changes land 0.5 s late);
+* the nodes' "firmware" (this file with ``--firmware``): when the emulator
+  reports a power-on, it waits T seconds, fetches the node's iPXE script from
+  the boot server over HTTP and phones home with the token, as the minimal
+  image does.
+
+The controller's figures cover the provisioning run only (from the start of
+the workflow to its result), not the set-up before it. On a shared machine
+the wall time moves with the other load; the CPU seconds per node do not.
 
     python bench/provision.py [--nodes 1000] [--max-in-flight 50] [--boot-time 10]
 """
@@ -23,16 +29,19 @@ import json
 import math
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 FIXTURES = REPO / ".." / "shared" / "fixtures"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def mac_of(i: int) -> str:
@@ -53,12 +62,17 @@ def inventory_yaml(n: int, urls: dict[str, str], creds: Path) -> str:
     return yaml.safe_dump(doc)
 
 
-def firmware(emulator: object, boot_url: str, boot_time: float, stop: threading.Event) -> threading.Thread:
-    """Power-on events from the emulator → after boot_time: fetch script, phone home."""
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of another process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def firmware_main(boot_url: str, boot_time: float) -> None:
+    """The nodes' side: one line per power-on (the node's index) on stdin → boot after boot_time."""
     from lifecycle.lab.firmware import phone_home_payload
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    timers: list[threading.Timer] = []
 
     def boot(i: int) -> None:
         try:
@@ -69,33 +83,87 @@ def firmware(emulator: object, boot_url: str, boot_time: float, stop: threading.
         url, body = phone_home_payload(script, [mac_of(i)])
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
-        with opener.open(req, timeout=30) as resp:
-            resp.read()
+        try:
+            with opener.open(req, timeout=30) as resp:
+                resp.read()
+        except OSError as exc:
+            print(f"node {i}: phone-home failed: {exc}", file=sys.stderr, flush=True)
 
-    def loop() -> None:
-        seen = 0
-        while not stop.is_set():
-            events = emulator.poll_events()  # type: ignore[attr-defined]
-            for ev in events[seen:]:
+    for line in sys.stdin:
+        t = threading.Timer(boot_time, boot, args=(int(line),))
+        t.daemon = True
+        t.start()
+
+
+def forward_power_ons(events: IO[str], nodes: IO[str]) -> threading.Thread:
+    """Emulator power-on events → the firmware process, as they come (a blocking read, no polling)."""
+
+    def pump() -> None:
+        try:
+            for line in events:
+                ev = json.loads(line)
                 if ev.get("event") == "power" and ev.get("state") == "On":
-                    t = threading.Timer(boot_time, boot, args=(int(str(ev["bmc"])[3:]),))
-                    t.daemon = True
-                    t.start()
-                    timers.append(t)
-            seen = len(events)
-            time.sleep(0.05)
+                    nodes.write(f"{int(str(ev['bmc'])[3:])}\n")
+                    nodes.flush()
+        except (OSError, ValueError):
+            return  # the bench is shutting the emulator or the firmware down
 
-    th = threading.Thread(target=loop, daemon=True)
+    th = threading.Thread(target=pump, daemon=True)
     th.start()
     return th
 
 
+def phases(store: Any, t0: float, t1: float, m: int) -> dict[str, dict[str, float]]:
+    """Median and 90th percentile of each phase of a node's provisioning, from the store's records,
+    and where the rest of the wall time went (t0, t1: the run's start and end, epoch seconds)."""
+    import statistics
+
+    import sqlalchemy as sa
+
+    from lifecycle.store import db
+
+    at: dict[tuple[str, str], float] = {}
+    with store.engine.connect() as conn:
+        for r in conn.execute(sa.select(db.transitions.c.node, db.transitions.c.event, db.transitions.c.at)):
+            at[(r.node, r.event)] = r.at.timestamp()
+        for r in conn.execute(sa.select(db.boot_tokens.c.node, db.boot_tokens.c.issued_at,
+                                        db.boot_tokens.c.used_at)):
+            at[(r.node, "issued")] = r.issued_at.timestamp()
+            if r.used_at is not None:
+                at[(r.node, "phoned")] = r.used_at.timestamp()
+    spans = {"start to inspected": ("inspect", "inspect_done"), "inspected to token": ("provision", "issued"),
+             "token to phone-home (power delay + T)": ("issued", "phoned"),
+             "phone-home to provisioned": ("phoned", "provision_done"), "whole node": ("inspect", "provision_done")}
+    nodes = {node for node, _ in at}
+    out: dict[str, dict[str, float]] = {}
+    for name, (a, b) in spans.items():
+        values = sorted(at[(n, b)] - at[(n, a)] for n in nodes if (n, a) in at and (n, b) in at)
+        if values:
+            out[name] = {"median_s": round(statistics.median(values), 3),
+                         "p90_s": round(values[int(0.9 * (len(values) - 1))], 3)}
+    whole = [at[(n, "provision_done")] - at[(n, "inspect")] for n in nodes
+             if (n, "inspect") in at and (n, "provision_done") in at]
+    if whole:
+        first = min(at[(n, "inspect")] for n in nodes if (n, "inspect") in at)
+        last = max(at[(n, "provision_done")] for n in nodes if (n, "provision_done") in at)
+        out["slots"] = {"mean_node_s": round(statistics.fmean(whole), 3),
+                        "idle_per_node_s": round(((t1 - t0) * m - sum(whole)) / len(whole), 3),
+                        "start_to_first_inspection_s": round(first - t0, 3),
+                        "last_provisioned_to_end_s": round(t1 - last, 3)}
+    return out
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--max-in-flight", type=int, default=50)
     ap.add_argument("--boot-time", type=float, default=10.0)
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--firmware", metavar="BOOT_URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.firmware:
+        firmware_main(args.firmware, args.boot_time)
+        return
     n, m, t_boot = args.nodes, args.max_in_flight, args.boot_time
 
     with tempfile.TemporaryDirectory(prefix="racklife-bench-prov-") as tmp:
@@ -125,7 +193,7 @@ def main() -> None:
                 for i in range(n)]
         print(f"starting {n} emulated BMCs ...", flush=True)
         emulator = spawn(bmcs)
-        stop = threading.Event()
+        firmware: subprocess.Popen[str] | None = None
         try:
             inv = parse_inventory(inventory_yaml(n, emulator.urls, creds), "bench")
             store = Store()
@@ -135,31 +203,53 @@ def main() -> None:
             images = published_images(home / "images", server.url)
             settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image="minimal",
                                                    boot_timeout_s=max(120.0, 6 * t_boot)).to_json()
-            firmware(emulator, server.url, t_boot, stop)
+            firmware = subprocess.Popen(
+                [sys.executable, __file__, "--firmware", server.url, "--boot-time", str(t_boot)],
+                stdin=subprocess.PIPE, text=True)
+            assert emulator.process.stdout is not None and firmware.stdin is not None
+            forward_power_ons(emulator.process.stdout, firmware.stdin)
             registry.launch(role="bench")
             provision.register_provision_queue(m)
             names = [node.name for node in inv.nodes]
-            cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-            t0 = time.perf_counter()
+            emu0, fw0 = cpu_of(emulator.pid), cpu_of(firmware.pid)
+            cpu0 = time.process_time()
+            t0, epoch0 = time.perf_counter(), time.time()
             outcomes = engine.start(provision.provision_many, names, None, settings).get_result()
             wall = time.perf_counter() - t0
-            cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+            epoch1 = time.time()
+            cpu = time.process_time() - cpu0
+            emu_cpu, fw_cpu = cpu_of(emulator.pid) - emu0, cpu_of(firmware.pid) - fw0
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             ok = sum(o["ok"] for o in outcomes)
             done = len(store.nodes(state=State.PROVISIONED))
             ideal = math.ceil(n / m) * t_boot
-            cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            figures: dict[str, Any] = {
+                "nodes": n, "max_in_flight": m, "boot_time_s": t_boot, "provisioned": ok,
+                "total_s": round(wall, 1), "ideal_s": ideal, "ratio": round(wall / ideal, 3),
+                "controller_cpu_s": round(cpu, 1), "controller_cpu_ms_per_node": round(1000 * cpu / n, 1),
+                "emulator_cpu_s": round(emu_cpu, 1), "firmware_cpu_s": round(fw_cpu, 1),
+                "peak_rss_mb": round(rss_mb), "load_avg_1m": round(os.getloadavg()[0], 2),
+            }
             print(f"nodes {n}  max-in-flight {m}  boot time {t_boot:g} s")
             print(f"provisioned {ok}/{n} (store: {done})")
             print(f"total {wall:.1f} s  ideal {ideal:.1f} s  ratio {wall / ideal:.3f}  (goal <= 1.15)")
-            print(f"controller CPU {cpu:.1f} s ({cpu / wall:.0%} of one core)  peak RSS {rss_mb:.0f} MB "
-                  f"(goal <= 500)")
+            print(f"controller CPU {cpu:.1f} s = {1000 * cpu / n:.0f} ms per node ({cpu / wall:.0%} of one core)  "
+                  f"peak RSS {rss_mb:.0f} MB (goal <= 500)")
+            print(f"emulated BMCs CPU {emu_cpu:.1f} s  simulated firmware CPU {fw_cpu:.1f} s  "
+                  f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+            figures["phases"] = phases(store, epoch0, epoch1, m)
+            for name, q in figures["phases"].items():
+                print(f"  {name:40s} " + "  ".join(f"{k.removesuffix('_s')} {v:.3f} s" for k, v in q.items()))
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=2) + "\n")
             engine.shutdown()
             server.stop()
             backend.close()
             store.close()
         finally:
-            stop.set()
+            if firmware is not None:
+                firmware.kill()
+                firmware.wait()
             emulator.stop()
 
 

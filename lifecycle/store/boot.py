@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,17 +42,40 @@ def issue_boot(store: Store, node: str, boot_mac: str, run_id: str, attempt: int
     Any other unspent boot of this node is superseded: a node has at most one
     pending boot. Re-issuing for the same (run, attempt) replaces the token.
     """
+    with store.engine.begin() as conn:
+        _issue(conn, node, boot_mac, run_id, attempt, render, ttl)
+
+
+def claim_boot(store: Store, claim: str, node: str, boot_mac: str, run_id: str, attempt: int,
+               render: Callable[[str], str], ttl: timedelta) -> bool:
+    """Claim the power cycle of (run, attempt) and issue its token, in one transaction.
+
+    False, with nothing issued, when the cycle was already claimed: a re-run
+    of the boot step after a crash leaves the token the node may already
+    carry in place. See :func:`claim_effect` for the at-most-once rule.
+    """
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(sa.insert(db.effects).values(token=claim, node=node, action="power_cycle",
+                                                      at=_now()))
+            _issue(conn, node, boot_mac, run_id, attempt, render, ttl)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _issue(conn: sa.Connection, node: str, boot_mac: str, run_id: str, attempt: int,
+           render: Callable[[str], str], ttl: timedelta) -> None:
     token = secrets.token_urlsafe(24)
     now = _now()
-    with store.engine.begin() as conn:
-        conn.execute(sa.update(db.boot_tokens)
-                     .where(db.boot_tokens.c.node == node, db.boot_tokens.c.used_at.is_(None))
-                     .values(used_at=now, script="", report=json.dumps({"superseded": True})))
-        conn.execute(sa.delete(db.boot_tokens).where(db.boot_tokens.c.run_id == run_id,
-                                                     db.boot_tokens.c.attempt == attempt))
-        conn.execute(sa.insert(db.boot_tokens).values(
-            token_sha256=_sha(token), node=node, boot_mac=boot_mac, run_id=run_id, attempt=attempt,
-            script=render(token), issued_at=now, expires_at=now + ttl))
+    conn.execute(sa.update(db.boot_tokens)
+                 .where(db.boot_tokens.c.node == node, db.boot_tokens.c.used_at.is_(None))
+                 .values(used_at=now, script="", report=json.dumps({"superseded": True})))
+    conn.execute(sa.delete(db.boot_tokens).where(db.boot_tokens.c.run_id == run_id,
+                                                 db.boot_tokens.c.attempt == attempt))
+    conn.execute(sa.insert(db.boot_tokens).values(
+        token_sha256=_sha(token), node=node, boot_mac=boot_mac, run_id=run_id, attempt=attempt,
+        script=render(token), issued_at=now, expires_at=now + ttl))
 
 
 def pending_script(store: Store, mac: str) -> str | None:
@@ -74,26 +97,38 @@ class Redeemed:
     attempt: int | None = None
 
 
-def redeem(store: Store, token: str, node: str, report: dict[str, Any]) -> Redeemed:
-    """Spend a token once. Unknown, replayed, expired or mismatched tokens are refused."""
-    now = _now()
+def redeem(store: Store, token: str, node: str, report: dict[str, Any],
+           then: Callable[[sa.Connection, Redeemed], None] | None = None) -> Redeemed:
+    """Spend a token once. Unknown, replayed, expired or mismatched tokens are refused.
+
+    ``then`` runs inside the spending transaction for an accepted token (to
+    signal the waiting run in the same commit): both happen or neither does.
+    """
     with store.engine.begin() as conn:
-        row = conn.execute(sa.select(db.boot_tokens).where(db.boot_tokens.c.token_sha256 == _sha(token))).first()
-        if row is None:
-            return Redeemed(False, "unknown token")
-        if row.used_at is not None:
-            return Redeemed(False, "token already used (replay refused)")
-        if _aware(row.expires_at) < now:
-            return Redeemed(False, "token expired")
-        if row.node != node:
-            return Redeemed(False, f"token was issued to another node, not {node}")
-        res = conn.execute(sa.update(db.boot_tokens)
-                           .where(db.boot_tokens.c.token_sha256 == row.token_sha256,
-                                  db.boot_tokens.c.used_at.is_(None))
-                           .values(used_at=now, script="", report=json.dumps(report, sort_keys=True)))
-        if res.rowcount != 1:
-            return Redeemed(False, "token already used (replay refused)")
-        return Redeemed(True, "", row.run_id, row.attempt)
+        got = _redeem(conn, token, node, report)
+        if got.accepted and then is not None:
+            then(conn, got)
+    return got
+
+
+def _redeem(conn: sa.Connection, token: str, node: str, report: dict[str, Any]) -> Redeemed:
+    now = _now()
+    row = conn.execute(sa.select(db.boot_tokens).where(db.boot_tokens.c.token_sha256 == _sha(token))).first()
+    if row is None:
+        return Redeemed(False, "unknown token")
+    if row.used_at is not None:
+        return Redeemed(False, "token already used (replay refused)")
+    if _aware(row.expires_at) < now:
+        return Redeemed(False, "token expired")
+    if row.node != node:
+        return Redeemed(False, f"token was issued to another node, not {node}")
+    res = conn.execute(sa.update(db.boot_tokens)
+                       .where(db.boot_tokens.c.token_sha256 == row.token_sha256,
+                              db.boot_tokens.c.used_at.is_(None))
+                       .values(used_at=now, script="", report=json.dumps(report, sort_keys=True)))
+    if res.rowcount != 1:
+        return Redeemed(False, "token already used (replay refused)")
+    return Redeemed(True, "", row.run_id, row.attempt)
 
 
 def claim_effect(store: Store, token: str, node: str, action: str) -> bool:
@@ -114,3 +149,13 @@ def effects(store: Store, node: str) -> list[tuple[str, str]]:
     q = sa.select(db.effects.c.token, db.effects.c.action).where(db.effects.c.node == node).order_by(db.effects.c.at)
     with store.engine.connect() as conn:
         return [(r.token, r.action) for r in conn.execute(q)]
+
+
+def spent(store: Store, run_ids: Collection[str]) -> set[tuple[str, int]]:
+    """The (run, attempt) boots among ``run_ids`` whose token is spent (redeemed or superseded)."""
+    if not run_ids:
+        return set()
+    q = (sa.select(db.boot_tokens.c.run_id, db.boot_tokens.c.attempt)
+         .where(db.boot_tokens.c.run_id.in_(sorted(run_ids)), db.boot_tokens.c.used_at.is_not(None)))
+    with store.engine.connect() as conn:
+        return {(r.run_id, r.attempt) for r in conn.execute(q)}

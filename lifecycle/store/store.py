@@ -31,7 +31,8 @@ from lifecycle.model.states import (
 from lifecycle.store import db
 
 # A node whose spec may not change under it: a scheduler is using it.
-_FROZEN_STATES = frozenset({State.JOINING, State.IN_SERVICE, State.DRAINING})
+_FROZEN_STATES = frozenset({State.JOINING, State.IN_SERVICE, State.DRAINING,
+                            State.LENDING, State.LENT, State.RECLAIMING})
 
 
 class StoreError(Exception):
@@ -221,36 +222,71 @@ class Store:
         returns the recorded transition instead of failing: a workflow step
         cut off after its commit runs again after a crash.
         """
+        with self._tx() as conn:
+            return self._apply(conn, name, event, actor, reason, run_id, acceptance_record)
+
+    def transitions(self, name: str, moves: Sequence[tuple[str, str]], actor: Actor,
+                    run_id: str | None = None) -> Transition:
+        """Apply several (event, reason) moves in order in one transaction; return the last.
+
+        All or nothing, each move recorded in history as if applied alone. One
+        commit instead of one per move: on SQLite every commit is a disk sync.
+        Replay-safe as a whole: when the run's last recorded move is the last
+        of ``moves`` (a step cut off after the commit), nothing is applied again.
+        """
+        if not moves:
+            raise StoreError("transitions needs at least one move")
+        with self._tx() as conn:
+            if run_id is not None:
+                row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
+                if row is None:
+                    raise NodeNotFound(name)
+                replayed = self._replayed(conn, name, State(row.state), moves[-1][0], run_id)
+                if replayed is not None:
+                    return replayed
+            done = [self._apply(conn, name, event, actor, reason, run_id, None)
+                    for event, reason in moves]
+        return done[-1]
+
+    @staticmethod
+    def _replayed(conn: Connection, name: str, current: State, event: str, run_id: str) -> Transition | None:
+        """The recorded transition if ``event`` by ``run_id`` is what put the node where it is."""
+        last = conn.execute(
+            sa.select(db.transitions).where(db.transitions.c.node == name)
+            .order_by(db.transitions.c.id.desc()).limit(1)).first()
+        if (last is not None and last.run_id == run_id and last.event == event
+                and last.target == current.value):
+            source = State(last.source) if last.source else None
+            return Transition(name, source, current, event, Actor(last.actor), last.reason, run_id,
+                              _aware(last.at))
+        return None
+
+    def _apply(self, conn: Connection, name: str, event: str, actor: Actor, reason: str,
+               run_id: str | None, acceptance_record: str | None) -> Transition:
         if not reason.strip():
             raise StoreError("a transition needs a reason")
-        with self._tx() as conn:
-            row = conn.execute(sa.select(db.nodes).where(db.nodes.c.name == name)).first()
-            if row is None:
-                raise NodeNotFound(name)
-            current = State(row.state)
-            if run_id is not None:
-                last = conn.execute(
-                    sa.select(db.transitions).where(db.transitions.c.node == name)
-                    .order_by(db.transitions.c.id.desc()).limit(1)).first()
-                if (last is not None and last.run_id == run_id and last.event == event
-                        and last.target == current.value):
-                    source = State(last.source) if last.source else None
-                    return Transition(name, source, current, event, Actor(last.actor), last.reason, run_id,
-                                      _aware(last.at))
-            if acceptance_record is not None:
-                self._check_acceptance(conn, name, acceptance_record, current)
-            target = next_state(name, current, event, actor, acceptance_record)
-            now = _now()
-            updated = conn.execute(
-                sa.update(db.nodes)
-                .where(db.nodes.c.name == name, db.nodes.c.state == current.value)
-                .values(state=target.value, state_since=now,
-                        generation=db.nodes.c.generation + 1))
-            if updated.rowcount != 1:
-                raise StoreError(f"node {name} changed state concurrently; retry")
-            conn.execute(sa.insert(db.transitions).values(
-                node=name, source=current.value, target=target.value, event=event,
-                actor=actor.value, reason=reason, run_id=run_id, at=now))
+        row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
+        if row is None:
+            raise NodeNotFound(name)
+        current = State(row.state)
+        if run_id is not None:
+            replayed = self._replayed(conn, name, current, event, run_id)
+            if replayed is not None:
+                return replayed
+        if acceptance_record is not None:
+            self._check_acceptance(conn, name, acceptance_record, current, event)
+        target = next_state(name, current, event, actor, acceptance_record)
+        now = _now()
+        updated = conn.execute(
+            sa.update(db.nodes)
+            .where(db.nodes.c.name == name, db.nodes.c.state == current.value)
+            .values(state=target.value, state_since=now,
+                    generation=db.nodes.c.generation + 1))
+        if updated.rowcount != 1:
+            raise StoreError(f"node {name} changed state concurrently; retry")
+        conn.execute(sa.insert(db.transitions).values(
+            node=name, source=current.value, target=target.value, event=event,
+            actor=actor.value, reason=reason, run_id=run_id, at=now))
         return Transition(name, current, target, event, actor, reason, run_id, now)
 
     def set_pool(self, name: str, pool: str) -> None:
@@ -298,16 +334,16 @@ class Store:
                                 r.evidence_sha256)
 
     def _check_acceptance(self, conn: Connection, node: str, record_id: str,
-                          current: State) -> None:
+                          current: State, event: str) -> None:
         r = conn.execute(sa.select(db.acceptance_records)
                          .where(db.acceptance_records.c.id == record_id)).first()
         if r is None or r.node != node:
-            raise IllegalTransition(node, current, "join",
+            raise IllegalTransition(node, current, event,
                                     f"acceptance record '{record_id}' not found for this node")
         rec = self._acc(r)
         if not rec.valid_at(_now()):
             why = "did not pass" if not rec.passed else f"expired at {rec.expires_at:%Y-%m-%d %H:%M}Z"
-            raise IllegalTransition(node, current, "join",
+            raise IllegalTransition(node, current, event,
                                     f"acceptance record {record_id} {why} (fail closed)")
         # Evidence from before the node's last (re)provisioning proves nothing about it now.
         last_build = conn.execute(
@@ -315,7 +351,7 @@ class Store:
                 db.transitions.c.node == node,
                 db.transitions.c.target == State.PROVISIONED.value)).scalar()
         if last_build is not None and rec.created_at < _aware(last_build):
-            raise IllegalTransition(node, current, "join",
+            raise IllegalTransition(node, current, event,
                                     f"acceptance record {record_id} predates the node's last "
                                     "provisioning (fail closed)")
 

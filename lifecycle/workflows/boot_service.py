@@ -1,20 +1,23 @@
 """The boot server's backend: scripts and tokens from the store, phone-home to the waiting workflow.
 
 The boot server may run in the controller's process or in its own; either
-way it signals the provisioning run through DBOS (``DBOSClient.send``), which
-only needs the shared database.
+way it signals the provisioning run through DBOS (``DBOSClient``), which
+only needs the shared database. The message is written in the transaction
+that spends the token: one commit, and never a spent token whose run was
+not told.
 """
 
 from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 from dbos import DBOSClient
 
 from lifecycle.drivers.boot.server import PhoneHomeReport, PhoneHomeVerdict
 from lifecycle.store import Store
 from lifecycle.store import boot as boot_store
-from lifecycle.workflows.provision import PHONE_HOME_TOPIC
+from lifecycle.workflows.provision import PHONE_HOME_TOPIC, WATCH
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +34,18 @@ class StoreBootBackend:
     def phone_home(self, report: PhoneHomeReport) -> PhoneHomeVerdict:
         payload = {"node": report.node, "image": report.image, "image_version": report.image_version,
                    "macs": list(report.macs), "remote": report.remote}
-        got = boot_store.redeem(self.store, report.token, report.node, payload)
-        if not got.accepted or got.run_id is None:
+
+        def signal(conn: sa.Connection, got: boot_store.Redeemed) -> None:
+            # In the transaction that spends the token: a spent token always reaches its run.
+            self._client.send_in_transaction(conn, str(got.run_id), payload | {"attempt": got.attempt},
+                                             PHONE_HOME_TOPIC,
+                                             idempotency_key=f"{got.run_id}:phone-home:{got.attempt}")
+
+        got = boot_store.redeem(self.store, report.token, report.node, payload, then=signal)
+        if not got.accepted or got.run_id is None or got.attempt is None:
             self.refused.append((report.node, got.reason))
             return PhoneHomeVerdict(False, got.reason)
-        self._client.send(got.run_id, payload | {"attempt": got.attempt}, PHONE_HOME_TOPIC,
-                          idempotency_key=f"{got.run_id}:phone-home:{got.attempt}")
+        WATCH.arrived(got.run_id, got.attempt)  # a run waiting in this process goes on at once
         log.info("node %s phoned home for run %s attempt %s", report.node, got.run_id, got.attempt)
         return PhoneHomeVerdict(True)
 

@@ -33,7 +33,10 @@ from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
 from lifecycle.store import db
 
-APP_VERSION = "racklife-0.1"
+# 0.2: provisioning journals one step per phase (begin, inspect, boot attempt, verify)
+# instead of one per BMC call; runs started under 0.1 are not replayed by this code.
+APP_VERSION = "racklife-0.2"
+NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None
 
@@ -61,7 +64,10 @@ def launch(url: str | None = None, *, executor: str | None = None, role: str = "
         "application_version": APP_VERSION,
         "executor_id": executor or f"{executor_id()}/{role}",
         "log_level": os.environ.get("RACKLIFE_DBOS_LOG_LEVEL", "WARNING"),
-        "notification_listener_polling_interval_sec": 0.1,
+        # On SQLite every waiting DBOS.recv is one query per interval. Provisioning runs
+        # wait in provision.PhoneHomeWatch first and call recv once the message is there,
+        # so few runs wait here. PostgreSQL is woken by LISTEN/NOTIFY and does not poll.
+        "notification_listener_polling_interval_sec": NOTIFICATION_POLL_S,
     }
     DBOS(config=config)
     DBOS.launch()

@@ -1,30 +1,41 @@
 """Provisioning: enrolled → inspecting → available → provisioning → provisioned.
 
 One durable workflow per node; a parent workflow fans them out through a DBOS
-queue whose worker concurrency is ``--max-in-flight``. Every step reads the
-actual state first; the power cycle is claimed in the store before it is
-sent, so a controller killed mid-rack never cycles a node twice for the same
-attempt. Boot: set one-time network boot, power cycle, wait for the node to
-phone home with its single-use token (DBOS recv); on timeout one more boot,
-then ``provision_failed`` with the reason.
+queue whose worker concurrency is ``--max-in-flight``. One journaled step per
+phase (begin, inspect, boot attempt, verify): each reads the actual state
+first and is safe to run again; the power cycle is claimed in the store, with
+the attempt's token, before it is sent, so a controller killed mid-rack never
+cycles a node twice for the same attempt. Boot: set one-time network boot,
+power cycle, wait for the node to phone home with its single-use token
+(``PhoneHomeWatch``, then DBOS recv); on timeout one more boot, then
+``provision_failed`` with the reason. The steps of a run share one BMC
+session. Why the steps are shaped this way: docs/provisioning.md, Throughput.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from dbos import DBOS, Queue
 
-from lifecycle.drivers.bmc.base import BmcDriver, BootDevice, PowerAction, PowerState
+from lifecycle.drivers.bmc.base import BmcDriver, BootDevice, HardwareInventory, PowerAction
 from lifecycle.drivers.boot.render import BootImage, ipxe_script
 from lifecycle.drivers.errors import DriverError
+from lifecycle.model.inventory import Node
 from lifecycle.model.skus import SKUS
+from lifecycle.model.states import Actor, State
+from lifecycle.store import Store, shared_store
 from lifecycle.store import boot as boot_store
-from lifecycle.store import shared_store
 from lifecycle.workflows.engine import step_token
-from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.node_ops import current_run_id, transition
+
+log = logging.getLogger(__name__)
 
 PHONE_HOME_TOPIC = "phone-home"
 QUEUE = "racklife-provision"
@@ -60,23 +71,104 @@ class Outcome:
     steps: list[str] = field(default_factory=list)
 
 
-def _bmc(node: str) -> tuple[BmcDriver, Any]:
+class PhoneHomeWatch:
+    """Wakes this process's runs that wait for a phone-home, with one query for all of them.
+
+    ``DBOS.recv`` alone, on SQLite, polls once per waiting run per interval: a
+    rack of booting nodes cost a large share of the controller's CPU. A run
+    first waits here instead, until its token is spent (the boot server writes
+    the DBOS message in the same transaction) or its durable deadline; then it
+    calls ``DBOS.recv``, which finds the message at once. Correctness never
+    depends on this watch: a wake-up it misses only makes the run find its
+    message later, in ``DBOS.recv``.
+    """
+
+    def __init__(self, interval_s: float = 0.1, store_of: Callable[[], Store] = shared_store) -> None:
+        self.interval_s = interval_s
+        self._store_of = store_of
+        self._waiting: dict[tuple[str, int], threading.Event] = {}
+        self._lock = threading.Lock()
+        self._running = False
+
+    def wait(self, run: str, attempt: int, timeout_s: float) -> bool:
+        """Block until the boot (run, attempt) phoned home (True) or ``timeout_s`` passed."""
+        if timeout_s <= 0:
+            return False
+        event = threading.Event()
+        with self._lock:
+            self._waiting[(run, attempt)] = event
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._poll, name="phone-home-watch", daemon=True).start()
+        try:
+            return event.wait(timeout_s)
+        finally:
+            with self._lock:
+                self._waiting.pop((run, attempt), None)
+
+    def arrived(self, run: str, attempt: int) -> None:
+        """The boot server of this process accepted (run, attempt): wake its run now."""
+        with self._lock:
+            event = self._waiting.get((run, attempt))
+        if event is not None:
+            event.set()
+
+    def _poll(self) -> None:
+        while True:
+            time.sleep(self.interval_s)
+            with self._lock:
+                waiting = dict(self._waiting)
+                if not waiting:
+                    self._running = False
+                    return
+            try:
+                spent = boot_store.spent(self._store_of(), {run for run, _ in waiting})
+            except Exception:  # the store is unreachable for now: DBOS.recv still delivers
+                log.warning("phone-home watch: reading spent tokens failed", exc_info=True)
+                continue
+            for key in spent & waiting.keys():
+                waiting[key].set()
+
+
+WATCH = PhoneHomeWatch()
+
+
+# One BMC driver (one Redfish session) per run, shared by the run's steps in this
+# process: inspection and boot reuse the session, the service root and the system
+# path instead of logging in three times. A run's steps execute one after another
+# on its workflow thread, so a driver is never used by two threads at once.
+_drivers: dict[str, tuple[BmcDriver, Node]] = {}
+_drivers_lock = threading.Lock()
+
+
+def _bmc(node: str) -> tuple[BmcDriver, Node]:
     # Imported here: the factory pulls in vendor SDKs only when a BMC is really used.
     from lifecycle.drivers.bmc.factory import driver_for
 
-    store = shared_store()
-    spec = store.get(node).node()
-    return driver_for(spec.bmc), spec
+    run = current_run_id()
+    with _drivers_lock:
+        got = _drivers.get(run)
+    if got is None:
+        spec = shared_store().get(node).node()
+        got = (driver_for(spec.bmc), spec)
+        with _drivers_lock:
+            _drivers[run] = got
+    return got
 
 
-@DBOS.step()
-def inspect_hardware(node: str) -> list[str]:
-    """Compare the BMC's inventory with the inventory file; return the mismatches (empty: match)."""
-    driver, spec = _bmc(node)
-    try:
-        hw = driver.inventory()
-    finally:
-        driver.close()
+def _release_bmc(run: str) -> None:
+    """Log out of the run's BMC session, if it has one (idle while the node boots)."""
+    with _drivers_lock:
+        got = _drivers.pop(run, None)
+    if got is not None:
+        try:
+            got[0].close()
+        except DriverError as exc:  # the session expires on the BMC by itself
+            log.info("%s: closing the BMC session failed: %s", got[1].name, exc.message)
+
+
+def _mismatches(spec: Node, hw: HardwareInventory) -> list[str]:
+    """Differences between the BMC's inventory and the inventory file (empty: match)."""
     problems = []
     if hw.system.serial.strip() != spec.serial:
         problems.append(f"serial mismatch: inventory {spec.serial}, BMC {hw.system.serial.strip() or '(none)'}")
@@ -95,46 +187,102 @@ def inspect_hardware(node: str) -> list[str]:
     return problems
 
 
+def _bmc_failure(exc: DriverError) -> str:
+    return f"BMC {type(exc).__name__.lower()}: {exc.message}"
+
+
 @DBOS.step()
-def prepare_boot(node: str, image: dict[str, Any], attempt: int, phone_home_url: str, ttl_s: float) -> None:
+def begin_run(node: str, image_label: str) -> str:
+    """Enter this run's first state; return it: inspecting, provisioning, or where the node is.
+
+    Cut off after its commit, the step runs again and finds the state it set.
+    """
+    store = shared_store()
+    state = store.get(node).state
+    run = current_run_id()
+    if state in (State.ENROLLED, State.INSPECT_FAILED):
+        state = store.transition(node, "inspect", Actor.WORKFLOW, "provisioning starts with inspection",
+                                 run_id=run).target
+    elif state in (State.AVAILABLE, State.PROVISION_FAILED, State.PROVISIONED):
+        state = store.transition(node, "provision", Actor.WORKFLOW, f"provision with image {image_label}",
+                                 run_id=run).target
+    return state.value
+
+
+@DBOS.step()
+def inspect_node(node: str, image_label: str) -> str:
+    """Compare the BMC's inventory with the inventory file; on a match, go on to provisioning.
+
+    Returns "" when the node is now ``provisioning``, else why inspection
+    failed (the caller records ``inspect_fail``). A re-run after a crash that
+    landed past the commit finds the node provisioning and returns "".
+    """
+    store = shared_store()
+    if store.get(node).state is State.PROVISIONING:
+        return ""
+    try:
+        driver, spec = _bmc(node)
+        problems = _mismatches(spec, driver.inspect())
+    except DriverError as exc:
+        return _bmc_failure(exc)
+    if problems:
+        return "; ".join(problems)
+    store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
+                             ("provision", f"provision with image {image_label}")],
+                      Actor.WORKFLOW, run_id=current_run_id())
+    return ""
+
+
+@DBOS.step()
+def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url: str,
+                 ttl_s: float, wait_s: float) -> dict[str, Any]:
+    """One network boot of one attempt: ``reason`` ("" when under way, else why it could not
+    start) and ``until``, the time (epoch seconds) its phone-home is waited for.
+
+    ``until`` is journaled with the step, so a run resumed after a crash waits
+    for the same deadline, not a fresh one.
+
+    The power cycle is claimed together with the attempt's token, before the
+    BMC is asked for anything: a re-run of this step (a crash before its
+    checkpoint) finds the claim and sends nothing, so a node is cycled at most
+    once per attempt and keeps the token it may already have fetched. A crash
+    between the claim and the cycle loses the cycle; the attempt's timeout
+    brings the next one.
+    """
+    store = shared_store()
+    run = current_run_id()
+    try:
+        driver, spec = _bmc(node)
+        img = BootImage.from_json(image)
+        if boot_store.claim_boot(store, step_token(run, f"power_cycle:{attempt}"), node,
+                                 spec.boot_mac(), run, attempt,
+                                 lambda token: ipxe_script(spec, img, phone_home_url, token),
+                                 timedelta(seconds=ttl_s)):
+            driver.set_boot(BootDevice.PXE, once=True)
+            driver.power(PowerAction.CYCLE)  # from off, every driver powers on instead
+    except DriverError as exc:
+        return {"reason": _bmc_failure(exc), "until": time.time()}
+    return {"reason": "", "until": time.time() + wait_s}  # counted from the cycle, as a node boots
+
+
+@DBOS.step()
+def verify_boot(node: str, report: dict[str, Any], image: dict[str, Any]) -> str:
+    """Verify what the node reported and record the outcome; "" when provisioned, else why not."""
     store = shared_store()
     spec = store.get(node).node()
     img = BootImage.from_json(image)
-    boot_store.issue_boot(store, node, spec.boot_mac(), current_run_id(), attempt,
-                          lambda token: ipxe_script(spec, img, phone_home_url, token),
-                          timedelta(seconds=ttl_s))
+    problems = _verify(report, spec, img)
+    run = current_run_id()
+    if problems:
+        reason = "; ".join(problems)
+        store.transition(node, "provision_fail", Actor.WORKFLOW, reason, run_id=run)
+        return reason
+    store.transition(node, "provision_done", Actor.WORKFLOW, f"phoned home with {img.name} {img.version}",
+                     run_id=run)
+    return ""
 
 
-@DBOS.step()
-def set_network_boot(node: str) -> None:
-    driver, _ = _bmc(node)
-    try:
-        driver.set_boot(BootDevice.PXE, once=True)
-    finally:
-        driver.close()
-
-
-@DBOS.step()
-def power_cycle(node: str, attempt: int) -> bool:
-    """Cycle the node once per (run, attempt); False when this attempt's cycle was already sent."""
-    store = shared_store()
-    if not boot_store.claim_effect(store, step_token(current_run_id(), f"power_cycle:{attempt}"), node,
-                                   "power_cycle"):
-        return False
-    driver, _ = _bmc(node)
-    try:
-        if driver.power_state() in (PowerState.OFF, PowerState.POWERING_OFF):
-            driver.power(PowerAction.ON)
-        else:
-            driver.power(PowerAction.CYCLE)
-    finally:
-        driver.close()
-    return True
-
-
-def _verify(report: dict[str, Any], node: str, image: BootImage) -> list[str]:
-    store = shared_store()
-    spec = store.get(node).node()
+def _verify(report: dict[str, Any], spec: Node, image: BootImage) -> list[str]:
     problems = []
     if report.get("image_version") != image.version or report.get("image") != image.name:
         problems.append(f"booted image {report.get('image')} {report.get('image_version')}, "
@@ -150,33 +298,33 @@ def _verify(report: dict[str, Any], node: str, image: BootImage) -> list[str]:
 def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) -> dict[str, Any]:
     cfg = ProvisionSettings(**settings)
     out = Outcome(node, False, "")
-    state = node_state(node)
+    run = current_run_id()
     try:
-        if state in ("enrolled", "inspect_failed", "inspecting"):
-            if state != "inspecting":
-                transition(node, "inspect", "provisioning starts with inspection")
-            problems = inspect_hardware(node)
+        image = cfg.image(image_name)
+        label = image_name or cfg.default_image
+        state = begin_run(node, label)
+        if state == State.INSPECTING.value:
+            reason = inspect_node(node, label)
             out.steps.append("inspect")
-            if problems:
-                reason = "; ".join(problems)
-                out.state = transition(node, "inspect_fail", reason)
-                out.reason = reason
+            if reason:
+                out.state, out.reason = transition(node, "inspect_fail", reason), reason
                 return asdict(out)
-            transition(node, "inspect_done", "BMC inventory matches the inventory file")
-            state = "available"
-        if state in ("available", "provision_failed", "provisioned"):
-            transition(node, "provision", f"provision with image {image_name or cfg.default_image}")
-        elif state != "provisioning":
+            state = State.PROVISIONING.value
+        if state != State.PROVISIONING.value:
             out.state, out.reason = state, f"node is {state}; provisioning needs enrolled, available or failed"
             return asdict(out)
-        image = cfg.image(image_name)
         report: dict[str, Any] | None = None
         for attempt in range(1, cfg.attempts + 1):
-            prepare_boot(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home", cfg.boot_timeout_s * 2)
-            set_network_boot(node)
-            power_cycle(node, attempt)
+            started = boot_attempt(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home",
+                                   cfg.boot_timeout_s * 2, cfg.boot_timeout_s)
+            _release_bmc(run)
+            if started["reason"]:
+                out.state = transition(node, "provision_fail", started["reason"])
+                out.reason = started["reason"]
+                return asdict(out)
             out.steps.append(f"boot attempt {attempt}")
-            msg = DBOS.recv(PHONE_HOME_TOPIC, timeout_seconds=cfg.boot_timeout_s)
+            WATCH.wait(run, attempt, started["until"] - time.time())
+            msg = DBOS.recv(PHONE_HOME_TOPIC, timeout_seconds=max(0.0, started["until"] - time.time()))
             if msg is not None:
                 report = dict(msg)
                 break
@@ -184,19 +332,12 @@ def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) 
             reason = f"no phone-home after {cfg.attempts} boot(s) of {cfg.boot_timeout_s:.0f} s each"
             out.state, out.reason = transition(node, "provision_fail", reason), reason
             return asdict(out)
-        problems = _verify(report, node, image)
-        if problems:
-            reason = "; ".join(problems)
-            out.state, out.reason = transition(node, "provision_fail", reason), reason
-            return asdict(out)
-        out.state = transition(node, "provision_done", f"phoned home with {image.name} {image.version}")
-        out.ok = True
+        out.reason = verify_boot(node, report, asdict(image))
+        out.ok = not out.reason
+        out.state = State.PROVISIONED.value if out.ok else State.PROVISION_FAILED.value
         return asdict(out)
-    except DriverError as exc:
-        reason = f"BMC {type(exc).__name__.lower()}: {exc.message}"
-        event = "inspect_fail" if node_state(node) == "inspecting" else "provision_fail"
-        out.state, out.reason = transition(node, event, reason), reason
-        return asdict(out)
+    finally:
+        _release_bmc(run)
 
 
 @DBOS.workflow()

@@ -197,6 +197,12 @@ class BmcDriver(abc.ABC):
     @abc.abstractmethod
     def inventory(self) -> HardwareInventory: ...
 
+    def inspect(self) -> HardwareInventory:
+        """What inspection compares with the inventory file: system identity, CPUs, memory,
+        NICs and GPUs. ``drives`` and ``firmware`` may be left empty where reading them
+        costs extra requests. Default: the full inventory."""
+        return self.inventory()
+
     @abc.abstractmethod
     def sensors(self) -> list[SensorReading]: ...
 

@@ -74,6 +74,7 @@ class RedfishDriver(BmcDriver):
         self._transport: RedfishTransport | None = None
         self._system_path: str | None = None
         self._quirks: VendorQuirks | None = None
+        self._action_infos: dict[str, Json | None] = {}
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -151,11 +152,19 @@ class RedfishDriver(BmcDriver):
         inline = action.get(f"{parameter}@Redfish.AllowableValues")
         if isinstance(inline, list):
             return [str(v) for v in inline]
-        info = self.reader.optional(action.get("@Redfish.ActionInfo"))
+        info = self._action_info(action.get("@Redfish.ActionInfo"))
         for param in (info or {}).get("Parameters", []):
             if param.get("Name") == parameter and isinstance(param.get("AllowableValues"), list):
                 return [str(v) for v in param["AllowableValues"]]
         return None
+
+    def _action_info(self, path: str | None) -> Json | None:
+        # ActionInfo describes what an action accepts, not state: read once per driver.
+        if not path:
+            return None
+        if path not in self._action_infos:
+            self._action_infos[path] = self.reader.optional(path)
+        return self._action_infos[path]
 
     # --- power and boot ---------------------------------------------------------------------
 
@@ -204,6 +213,11 @@ class RedfishDriver(BmcDriver):
         system = self.system()
         quirks = self.quirks(system)
         return inv.inventory(self.reader, system, quirks)
+
+    def inspect(self) -> HardwareInventory:
+        system = self.system()
+        quirks = self.quirks(system)
+        return inv.inventory(self.reader, system, quirks, drives_and_firmware=False)
 
     def sensors(self) -> list[SensorReading]:
         return inv.sensors(self.reader, self.system())

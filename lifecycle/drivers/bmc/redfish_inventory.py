@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from lifecycle.drivers.bmc import redfish_parse as parse
-from lifecycle.drivers.bmc.base import Drive, Gpu, HardwareInventory, Health, SensorReading
+from lifecycle.drivers.bmc.base import Drive, Firmware, Gpu, HardwareInventory, Health, SensorReading
 from lifecycle.drivers.bmc.redfish_quirks import HEALTH_ORDER, VendorQuirks
 from lifecycle.drivers.bmc.redfish_transport import RedfishTransport
 from lifecycle.drivers.errors import NotSupported
@@ -123,7 +123,9 @@ def find_drive(reader: Reader, system: Json, drive_id: str) -> Json:
     raise NotSupported(reader.t.target, f"no drive {drive_id!r} under the system's Storage")
 
 
-def inventory(reader: Reader, system: Json, quirks: VendorQuirks) -> HardwareInventory:
+def inventory(reader: Reader, system: Json, quirks: VendorQuirks, *,
+              drives_and_firmware: bool = True) -> HardwareInventory:
+    """The system's hardware; without drives and firmware (four requests or more) on request."""
     processors = reader.expand(parse.link(system, "Processors"))
     cpus = [parse.cpu(p) for p in processors
             if not parse.is_gpu_processor(p) and parse.text(p.get("ProcessorType")) in ("", "CPU")
@@ -132,13 +134,15 @@ def inventory(reader: Reader, system: Json, quirks: VendorQuirks) -> HardwareInv
     nics = [n for n in (parse.nic(i) for i in reader.expand(parse.link(system,
                                                                         "EthernetInterfaces")))
             if n is not None]
-    update = reader.optional(parse.link(reader.t.root, "UpdateService")) or {}
-    firmware = [parse.firmware(f) for f in reader.expand(parse.link(update, "FirmwareInventory"))]
+    firmware: list[Firmware] = []
+    if drives_and_firmware:
+        update = reader.optional(parse.link(reader.t.root, "UpdateService")) or {}
+        firmware = [parse.firmware(f) for f in reader.expand(parse.link(update, "FirmwareInventory"))]
     return HardwareInventory(
         system=parse.system_info(system), cpus=cpus,
         memory_gib=float(memory) if isinstance(memory, int | float) else 0.0,
         gpus=gpus(reader, system, processors, quirks), nics=nics,
-        drives=drives(reader, system), firmware=firmware)
+        drives=drives(reader, system) if drives_and_firmware else [], firmware=firmware)
 
 
 def sensors(reader: Reader, system: Json) -> list[SensorReading]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -122,10 +123,16 @@ class RedfishTransport:
         self._credentials = credentials
         self._auth = auth
         self._client: HttpClient = redfish.redfish_client(
-            base_url=base_url, timeout=timeout, max_retry=0, check_connectivity=False)
+            base_url=base_url, timeout=timeout, max_retry=0, check_connectivity=False,
+            proxies=requests.utils.get_environ_proxies(base_url))
+        # requests reads the environment (proxies, CA bundle, ~/.netrc) again on every request
+        # when trust_env is on: a walk over os.environ that cost more CPU than the HTTP exchange
+        # itself. Both are read once here instead; ~/.netrc never adds credentials to a BMC.
+        self._client._session.trust_env = False
         # The library verifies TLS only when given a CA file; True makes requests verify
-        # against its default bundle (or REQUESTS_CA_BUNDLE).
-        self._client.cafile = True if verify_tls else None
+        # against its default bundle, or REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE when set.
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        self._client.cafile = (bundle or True) if verify_tls else None
         self._root: Json | None = None
         self._logged_in = False
         self.calls = 0  # HTTP requests sent, for tests that count (no retry storms)
