@@ -92,7 +92,7 @@ def test_manifest_pins_packages_and_hashes_artefacts(image: RootfsBuild) -> None
     assert "systemd-timesyncd" not in packages  # chrony keeps time
     assert [p["name"] for p in m["packages"]] == sorted(packages)
     assert {x["name"] for x in m["left_out"]} >= {"nvidia-driver", "cuda", "datacenter-gpu-manager"}
-    assert m["roles"] == ["base", "slurm_compute/packages"]
+    assert m["roles"] == ["base", "netboot_node", "slurm_compute/packages"]
     assert set(m["artefacts"]) == {"vmlinuz", "initrd.img", "root.squashfs"}
     for name, meta in m["artefacts"].items():
         data = (image.target / name).read_bytes()
@@ -130,6 +130,13 @@ def test_root_is_scrubbed_and_stamped(image: RootfsBuild, listing: dict[str, lis
         assert gone not in listing, gone
     assert not [p for p in listing if p.startswith("/var/lib/apt/lists/") and p.endswith("_Packages")]
     assert "/etc/systemd/system/multi-user.target.wants/racklife-ssh-host-keys.service" in listing
+    # netboot_node: DHCP after switch-root and the phone-home agent, enabled at boot.
+    for unit in ("multi-user.target.wants/racklife-phone-home.service",
+                 "multi-user.target.wants/systemd-networkd.service",
+                 "network-online.target.wants/systemd-networkd-wait-online.service"):
+        assert f"/etc/systemd/system/{unit}" in listing, unit
+    assert listing["/usr/local/sbin/racklife-phone-home"][0] == "-rwxr-xr-x"
+    assert "/etc/systemd/network/80-racklife-dhcp.network" in listing
     for tool in ("/usr/sbin/slurmd", "/usr/sbin/ibstat", "/usr/sbin/chronyd", "/usr/sbin/sshd"):
         assert tool in listing, tool
     # Every file carries the definition's time (2026-11-30), not the build's.
