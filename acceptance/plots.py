@@ -7,13 +7,16 @@ Figures are built with matplotlib's object API on the Agg/SVG backends (no pyplo
 global state, safe in a worker thread) and rendered to SVG with glyphs as paths, so the
 page needs no fonts, files or network. matplotlib is imported when a plot is drawn, not
 with this module: every ``racklife`` command that loads the workflows imports it, and
-matplotlib alone takes about a second to import.
+matplotlib alone takes about a second to import. An acceptance run calls :func:`preload`
+when burn-in starts, so that second (and the font cache's load) is spent while the nodes
+work rather than after them.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +29,27 @@ Curve = Sequence[tuple[int, float]]  # (message size in bytes, busbw GB/s)
 
 _PASS, _FAIL = "#2e7d32", "#c62828"
 _FAILING = ("#c62828", "#ef6c00", "#6a1b9a", "#ad1457", "#0277bd", "#4e342e")  # one hue per failing node
+
+
+def _warm() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1, 1))
+    ax = fig.add_subplot()
+    ax.set_xscale("log", base=2)
+    ax.plot([1, 2], [1, 2], marker="o")
+    ax.set_title("warm-up", fontsize=8)
+    _svg(fig)
+
+
+def preload() -> threading.Thread:
+    """Import matplotlib and draw one throw-away figure in a daemon thread; return the thread.
+
+    A plot drawn later waits for the import (Python's import lock) instead of repeating it.
+    """
+    thread = threading.Thread(target=_warm, name="plots-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _svg(fig: Figure) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 
 from dbos import DBOS
 
+from acceptance import plots
 from acceptance.evidence import BundleMeta, write_bundle
 from acceptance.fanout import BurninCommand, NodeOutcome, Target, fan_out, to_input
 from acceptance.isolation import Isolation
@@ -37,10 +39,12 @@ from burnin.result import load_result
 from lifecycle import __version__
 from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.model.inventory import Pool
+from lifecycle.model.states import Actor
 from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
-from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.node_ops import current_run_id
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
+NCCL_LOOKUP_S = 30.0  # seconds for `command -v all_reduce_perf` on a node
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,15 @@ def burn_in(nodes: list[str], settings: dict[str, Any]) -> dict[str, dict[str, A
     by_profile: dict[str, list[str]] = {}
     for n in nodes:
         by_profile.setdefault(cfg.profile or skus[n], []).append(n)
+    # Work the rack's tail needs, done while the nodes burn in: matplotlib for the report,
+    # and where all_reduce_perf lives for the multi-node stage (one SSH round trip each).
+    plots.preload()
+    binaries: dict[str, str | None] = {}
+    lookups = [threading.Thread(target=_lookup_nccl_binary, args=(cfg, sorted(group)[0], profile, binaries),
+                                name=f"nccl-lookup-{profile}", daemon=True)
+               for profile, group in sorted(by_profile.items()) if cfg.multi_node and not cfg.nccl_binary]
+    for t in lookups:
+        t.start()
     try:
         for profile, group in sorted(by_profile.items()):
             command = BurninCommand(profile, cfg.level, current_run_id(), python=cfg.burnin_python)
@@ -95,7 +108,22 @@ def burn_in(nodes: list[str], settings: dict[str, Any]) -> dict[str, dict[str, A
                                "started_at": o.started_at, "ended_at": o.ended_at}
     finally:
         transport.close()
+        for t in lookups:
+            t.join(timeout=NCCL_LOOKUP_S)
+    for c in out.values():
+        c["nccl_binary"] = binaries.get(c["profile"])
     return out
+
+
+def _lookup_nccl_binary(cfg: AcceptSettings, node: str, profile: str, found: dict[str, str | None]) -> None:
+    """Ask ``node`` where its all_reduce_perf is (a thread beside the fan-out).
+
+    A failure here only means no answer: the multi-node stage then asks a node that passed
+    burn-in itself, in its own step, where an error is raised and recorded as usual."""
+    try:
+        found[profile] = _ask_nccl_binary(cfg, node)
+    except Exception:  # any failure: no answer, asked again by the stage
+        found[profile] = None
 
 
 def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
@@ -121,8 +149,9 @@ def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], settings:
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
     single = judge_rack(node_inputs(nodes, collected, recs)).by_node()
+    found = {c["profile"]: c["nccl_binary"] for c in collected.values() if c.get("nccl_binary")}
     return run_multi_node(recs, {n: collected[n]["profile"] for n in nodes}, {n: single[n].passed for n in nodes},
-                          {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id())
+                          {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
 
 
 def _placement(rec: NodeRecord) -> Placement:
@@ -166,19 +195,25 @@ def _slurm_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
 
 
-def _nccl_binary(cfg: AcceptSettings, node: str) -> str:
-    """The configured all_reduce_perf, else the one on ``node``'s PATH (asked over SSH), else the bare name."""
+def _nccl_binary(cfg: AcceptSettings, node: str, found: str | None = None) -> str:
+    """The configured all_reduce_perf, else the one found during burn-in, else the one on ``node``'s
+    PATH (asked over SSH), else the bare name."""
     if cfg.nccl_binary:
         return cfg.nccl_binary
+    return found or _ask_nccl_binary(cfg, node) or "all_reduce_perf"
+
+
+def _ask_nccl_binary(cfg: AcceptSettings, node: str) -> str | None:
+    """The absolute path of all_reduce_perf on ``node``'s PATH, or None."""
     from acceptance.ssh_fabric import FabricSSH
 
     ssh = FabricSSH(Path(cfg.ssh_config))
     try:
-        run = ssh.run(Target(node, node), ["sh", "-c", "command -v all_reduce_perf"], 30.0)
+        run = ssh.run(Target(node, node), ["sh", "-c", "command -v all_reduce_perf"], NCCL_LOOKUP_S)
     finally:
         ssh.close()
     path = run.stdout.decode("utf-8", "replace").strip() if run.exit_code == 0 else ""
-    return path if path.startswith("/") and "\n" not in path else "all_reduce_perf"
+    return path if path.startswith("/") and "\n" not in path else None
 
 
 def _slow(limits: burnin_profiles.Profile, run: GroupRun) -> bool:
@@ -187,8 +222,11 @@ def _slow(limits: burnin_profiles.Profile, run: GroupRun) -> bool:
 
 
 def run_multi_node(recs: dict[str, NodeRecord], profiles: dict[str, str], passed: dict[str, bool],
-                   pools: dict[str, Pool], cfg: AcceptSettings, run_id: str) -> dict[str, Any]:
-    """Pair the nodes that passed burn-in, per profile and Slurm partition; every node left out says why."""
+                   pools: dict[str, Pool], cfg: AcceptSettings, run_id: str,
+                   binaries: dict[str, str] | None = None) -> dict[str, Any]:
+    """Pair the nodes that passed burn-in, per profile and Slurm partition; every node left out says why.
+
+    ``binaries``: all_reduce_perf per profile as found during burn-in (else asked of a node now)."""
     left: dict[str, str] = {}
     by_key: dict[tuple[str, str], list[str]] = {}
     for n, rec in recs.items():
@@ -207,7 +245,8 @@ def run_multi_node(recs: dict[str, NodeRecord], profiles: dict[str, str], passed
             left.update({n: "no second schedulable node of its profile in its partition" for n in ready})
             continue
         limits = burnin_profiles.load(profile)
-        srun = Srun(job_name=f"racklife-{run_id}", partition=partition, binary=_nccl_binary(cfg, ready[0]),
+        binary = _nccl_binary(cfg, ready[0], (binaries or {}).get(profile))
+        srun = Srun(job_name=f"racklife-{run_id}", partition=partition, binary=binary,
                     env=_slurm_env(), time_limit_min=max(1, int(cfg.multi_node_timeout_s // 60)))
         stage = run_stage([_placement(recs[n]) for n in ready],
                           functools.partial(srun.run_round, timeout_s=cfg.multi_node_timeout_s),
@@ -254,9 +293,10 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
     verdicts = []
     now = datetime.now(UTC)
     existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
+    pools = {name: store.pool(name) for name in {r.pool for r in recs.values()}}
     for j in judgement.nodes:
         rec_id = f"{run_id}:{j.node}"
-        pool = store.pool(recs[j.node].pool)
+        pool = pools[recs[j.node].pool]
         summary = {"verdict": j.verdict, "reasons": j.reasons(), "profile": j.profile,
                    "report_dir": cfg.report_dir,
                    "findings": [json.loads(json.dumps(asdict(f), default=str)) for f in j.findings]}
@@ -292,34 +332,68 @@ def quarantine_in_slurm(node: str, reason: str) -> str:
     return f"drained in Slurm ({owner.describe()})" if owner else "drained in Slurm"
 
 
-@DBOS.workflow()
-def accept_nodes(nodes: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    skipped: list[dict[str, Any]] = []
+@DBOS.step()
+def begin_burn_in(nodes: list[str], level: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Move every ready node to ``burning_in`` in one step; return the nodes to test and the skipped.
+
+    One step for the rack rather than two per node (read, move): each step is a commit of its
+    own. A re-run after a crash finds the nodes it already moved in ``burning_in`` (this run's
+    transitions) and tests them, as it would a node left there by a cut-off run.
+    """
+    store = shared_store()
     testing: list[str] = []
+    skipped: list[dict[str, Any]] = []
     for n in nodes:
-        state = node_state(n)
+        state = store.get(n).state.value
         if state in READY_FOR_BURN_IN:
-            transition(n, "burn_in", f"acceptance at level {settings['level']}")
+            store.transition(n, "burn_in", Actor.WORKFLOW, f"acceptance at level {level}", run_id=current_run_id())
             testing.append(n)
         elif state == "burning_in":
             testing.append(n)
         else:
             skipped.append(asdict(NodeVerdict(n, False, state, [f"node is {state}; acceptance needs one of "
-                                                                   f"{', '.join(READY_FOR_BURN_IN)}"])))
+                                                                 f"{', '.join(READY_FOR_BURN_IN)}"])))
+    return testing, skipped
+
+
+@DBOS.step()
+def gate_nodes(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accept the nodes that passed and quarantine the rest, in one step; say which to drain in Slurm.
+
+    Replay-safe: the store returns this run's recorded transition when the node already made it.
+    """
+    store = shared_store()
+    pools: dict[str, Pool] = {}
+    out = []
+    for v in verdicts:
+        v = dict(v)
+        if v["passed"]:
+            t = store.transition(v["node"], "accept", Actor.WORKFLOW, f"passed acceptance (record {v['record']})",
+                                 run_id=current_run_id())
+            v["drain"] = False
+        else:
+            reason = "; ".join(v["reasons"]) or "failed acceptance"
+            t = store.transition(v["node"], "quarantine", Actor.WORKFLOW, reason[:500], run_id=current_run_id())
+            pool_name = store.get(v["node"]).pool
+            if pool_name not in pools:
+                pools[pool_name] = store.pool(pool_name)
+            v["drain"] = pools[pool_name].scheduler == "slurm"
+        v["state"] = t.target.value
+        out.append(v)
+    return out
+
+
+@DBOS.workflow()
+def accept_nodes(nodes: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    testing, skipped = begin_burn_in(nodes, settings["level"])
     if not testing:
         return skipped
     collected = burn_in(testing, settings)
     mn = multi_node(testing, collected, settings) if settings.get("multi_node", True) else None
-    verdicts = judge_and_record(testing, collected, settings, started_at, mn)
-    store = shared_store()
-    slurm_pools = {n: store.pool(store.get(n).pool).scheduler == "slurm" for n in testing}
+    verdicts = gate_nodes(judge_and_record(testing, collected, settings, started_at, mn))
     for v in verdicts:
-        if v["passed"]:
-            v["state"] = transition(v["node"], "accept", f"passed acceptance (record {v['record']})")
-        else:
+        if v.pop("drain"):
             reason = "; ".join(v["reasons"]) or "failed acceptance"
-            v["state"] = transition(v["node"], "quarantine", reason[:500])
-            if slurm_pools[v["node"]]:
-                v["slurm_drain"] = quarantine_in_slurm(v["node"], reason[:200])
+            v["slurm_drain"] = quarantine_in_slurm(v["node"], reason[:200])
     return skipped + verdicts

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, multinode, nccl, nvsmi
+from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, multinode, nccl, nvsmi, timing
 from lifecycle.lab.gputools.state import NODE_FILE, load
 
 LAUNCHER = "gputool"
@@ -34,8 +35,21 @@ def _nccl(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) ->
     return nccl.main_multinode(tool, argv, step, [load(d) for d in dirs])
 
 
-def run(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str] | None = None) -> tuple[str, int]:
+def run(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
+    """The tool's output and exit code, after the real tool's time when the lab asks for it
+    (:mod:`lifecycle.lab.gputools.timing`)."""
     env = os.environ if env is None else env
+    text, code = _answer(tool, argv, node_dir, env)
+    scale, table = timing.settings(node_dir, env)
+    if scale > 0:
+        seconds = scale * timing.tool_seconds(tool, argv, text, table)
+        if seconds > 0:
+            sleep(seconds)
+    return text, code
+
+
+def _answer(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) -> tuple[str, int]:
     if tool in nccl.OPS:
         return _nccl(tool, argv, node_dir, env)
     s = load(node_dir)
