@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 
 import typer
@@ -61,4 +63,8 @@ _lab.app.command("tour")(_tour.tour_cmd)
 
 
 def main() -> None:
+    # The interpreter's last collections walk every object of sqlalchemy, pydantic, DBOS and
+    # matplotlib before the process ends: ~0.7 s per command measured (docs/acceptance.md).
+    # Frozen objects are skipped; the process is ending anyway.
+    atexit.register(gc.freeze)
     app()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
-import gc
 import getpass
 import os
 from pathlib import Path
@@ -84,10 +82,6 @@ def accept_cmd(
         verdicts: list[dict[str, Any]] = handle.get_result()
     finally:
         engine.shutdown()
-    # The interpreter's last collections walk every object of sqlalchemy, pydantic, DBOS and
-    # matplotlib before the process ends: ~0.7 s measured on the development machine
-    # (docs/acceptance.md). Frozen objects are skipped; the process is ending anyway.
-    atexit.register(gc.freeze)
     if as_json:
         emit_json({"run_id": wid, "report_dir": settings["report_dir"], "nodes": verdicts})
     else:
