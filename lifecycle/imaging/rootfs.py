@@ -14,13 +14,15 @@ package set and manifest, apart from the build time.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,6 +149,23 @@ def _extra_vars(defn: ImageDefinition, extra: dict[str, Any]) -> None:
         raise BuildError(f"variables {stray} belong to no role of {defn.name} ({', '.join(names)})")
 
 
+@contextlib.contextmanager
+def _cache_lock(apt_cache: Path, log: Log) -> Iterator[None]:
+    """Hold the shared apt archive for this build: apt in a second build's root would find it
+    locked and fail at once ("Unable to lock directory"), so concurrent builds take turns."""
+    apt_cache.parent.mkdir(parents=True, exist_ok=True)
+    with (apt_cache.parent / f".{apt_cache.name}.build-lock").open("w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"apt: waiting for another build using {apt_cache}")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def build_rootfs(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log = lambda _: None,
                  role_vars: dict[str, Any] | None = None) -> RootfsBuild:
     """Build ``defn`` into ``out/NAME-VERSION/`` (vmlinuz, initrd.img, root.squashfs, manifest.json)."""
@@ -172,13 +191,14 @@ def build_rootfs(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, lo
         for dest, src in sorted(defn.files.items()):
             chroot.write(root, dest.lstrip("/"), (defdir / src).read_text())
         apt_cache = cache / "apt" / f"{defn.base.distro}-{defn.base.release}-{defn.base.arch}"
-        log(f"apt: installing {len(defn.packages) + 1} pinned packages and their dependencies")
-        chroot.apt_update(root, apt_cache)
-        chroot.apt_install(root, list(defn.packages), apt_cache, epoch)
-        # The kernel last, alone: its postinst makes the initrd once, with every initramfs hook
-        # (live-boot, busybox) already in place, instead of once per package that triggers it.
-        chroot.apt_install(root, [defn.kernel.package], apt_cache, epoch)
-        first, second = roles.apply(root, list(defn.roles), extra, work / "ansible", epoch, apt_cache, log)
+        with _cache_lock(apt_cache, log):
+            log(f"apt: installing {len(defn.packages) + 1} pinned packages and their dependencies")
+            chroot.apt_update(root, apt_cache)
+            chroot.apt_install(root, list(defn.packages), apt_cache, epoch)
+            # The kernel last, alone: its postinst makes the initrd once, with every initramfs hook
+            # (live-boot, busybox) already in place, instead of once per package that triggers it.
+            chroot.apt_install(root, [defn.kernel.package], apt_cache, epoch)
+            first, second = roles.apply(root, list(defn.roles), extra, work / "ansible", epoch, apt_cache, log)
         log(f"roles: second run ok={second.ok} changed={second.changed}")
         packages = chroot.installed(root)
         pins = _check_pins(defn, packages)

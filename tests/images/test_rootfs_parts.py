@@ -11,7 +11,7 @@ import pytest
 from lifecycle.imaging import chroot, roles
 from lifecycle.imaging.common import BuildError
 from lifecycle.imaging.definition import Role, load_definition
-from lifecycle.imaging.rootfs import role_pins
+from lifecycle.imaging.rootfs import _cache_lock, role_pins
 
 RUN = """
 TASK [base : Install the admin's authorized keys] ******
@@ -35,7 +35,7 @@ def test_play_gives_role_variables_at_play_level_so_handlers_see_them() -> None:
     play = plays[0]
     assert play["connection"] == "racklife_chroot" and play["hosts"] == roles.HOST
     assert [t["ansible.builtin.import_role"] for t in play["tasks"]] == [
-        {"name": "base"}, {"name": "slurm_compute", "tasks_from": "packages"}]
+        {"name": "base"}, {"name": "netboot_node"}, {"name": "slurm_compute", "tasks_from": "packages"}]
     assert play["vars"]["base_manage_services"] is False
     assert play["vars"]["base_admin_authorized_keys"] == ["ssh-ed25519 AAAA x"]
     assert play["vars"]["slurm_compute_packages"] == ["slurmd"]  # the site's variables win
@@ -98,3 +98,39 @@ def test_build_errors_say_which_tool_is_missing() -> None:
 
     with pytest.raises(BuildError, match="no-such-tool is not installed"):
         run(["no-such-tool"])
+
+
+def test_builds_sharing_an_apt_cache_take_turns(tmp_path: Path) -> None:
+    """A second build waits for the first one's apt work instead of failing on apt's lock."""
+    import threading
+
+    cache = tmp_path / "apt" / "debian-bookworm-amd64"
+    order: list[str] = []
+    first_in = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with _cache_lock(cache, order.append):
+            order.append("first in")
+            first_in.set()
+            release.wait(10)
+            order.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert first_in.wait(10)
+    second = threading.Thread(target=lambda: _second(cache, order))
+    second.start()
+    deadline = 100
+    while not any(m.startswith("apt: waiting") for m in order) and deadline:
+        deadline -= 1
+        threading.Event().wait(0.05)
+    release.set()
+    t.join(10)
+    second.join(10)
+    assert order == ["first in", f"apt: waiting for another build using {cache}", "first out", "second in"]
+
+
+def _second(cache: Path, order: list[str]) -> None:
+    with _cache_lock(cache, order.append):
+        order.append("second in")
