@@ -53,7 +53,7 @@ def test_scale_one_takes_the_real_tools_time(node_dir: Path) -> None:
     assert call(node_dir, "ibstat", "-V")[2] == [timing.SECONDS["version"]]
 
 
-def test_nccl_time_comes_from_its_own_table(node_dir: Path) -> None:
+def test_nccl_time_comes_from_its_own_table(node_dir: Path, shared_dir: Path) -> None:
     timing.write(node_dir.parent, 1.0)
     text, code, slept = call(node_dir, "all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "8")
     assert code == 0
@@ -63,8 +63,14 @@ def test_nccl_time_comes_from_its_own_table(node_dir: Path) -> None:
     # defaults of nccl-tests: 5 warmup iterations, 20 timed ones, aggregated once
     transfer_s = 25 * per_iteration_s
     assert slept == [pytest.approx(timing.SECONDS["nccl.init"] + transfer_s, rel=1e-3)]
-    # an 8 GiB sweep on a healthy H100 node (the table's own times): a few seconds of transfers
-    assert 1.0 < transfer_s < 10.0
+    # the table's times, and so the time slept, follow the real H100 capture at the sizes it has
+    capture = (shared_dir / "fixtures" / "nccl" / "h100x8_all_reduce_perf_single-node_nvls_issue290.txt").read_text()
+    real = {r.size_bytes: r for r in nccl_parser.parse(capture, "all_reduce").rows}
+    common = [r for r in rows if r.size_bytes in real]
+    assert [r.size_bytes for r in common] == [1 << 30, 1 << 31, 1 << 32]
+    for r in common:
+        assert r.time_oop_us == pytest.approx(real[r.size_bytes].time_oop_us, rel=0.15)
+        assert r.time_ip_us == pytest.approx(real[r.size_bytes].time_ip_us, rel=0.15)
     _text, _code, more = call(node_dir, "all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "8",
                               "-n", "40")
     assert more[0] > slept[0]

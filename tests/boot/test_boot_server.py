@@ -15,6 +15,7 @@ from lifecycle.drivers.boot.server import BootServer, parse_range
 from lifecycle.model.inventory import load_inventory
 from lifecycle.store import Store
 from lifecycle.store import boot as boot_store
+from tests.boot.store_backend import StoreBackend
 
 
 def request(server: BootServer, method: str, path: str, body: bytes | None = None,
@@ -29,25 +30,6 @@ def request(server: BootServer, method: str, path: str, body: bytes | None = Non
         conn.close()
 
 
-class Backend:
-    """The store-backed token logic without the workflow engine: records what would be signalled."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.signalled: list[tuple[str | None, int | None]] = []
-
-    def script_for(self, mac: str) -> str | None:
-        return boot_store.pending_script(self.store, mac)
-
-    def phone_home(self, report):  # type: ignore[no-untyped-def]
-        from lifecycle.drivers.boot.server import PhoneHomeVerdict
-
-        got = boot_store.redeem(self.store, report.token, report.node, {"image_version": report.image_version})
-        if got.accepted:
-            self.signalled.append((got.run_id, got.attempt))
-        return PhoneHomeVerdict(got.accepted, got.reason)
-
-
 IMAGE = BootImage("minimal", "1", "http://127.0.0.1:1/images/vmlinuz", "http://127.0.0.1:1/images/initrd.img",
                   "http://127.0.0.1:1/images/root.squashfs", "a" * 64)
 
@@ -60,7 +42,7 @@ def env(tmp_path: Path, repo_dir: Path):  # type: ignore[no-untyped-def]
     images = tmp_path / "images"
     images.mkdir()
     (images / "root.squashfs").write_bytes(bytes(range(256)) * 40)
-    backend = Backend(store)
+    backend = StoreBackend(store)
     with BootServer(backend, images) as server:
         yield store, inv, server, backend
     store.close()

@@ -17,37 +17,23 @@ from pathlib import Path
 import pytest
 
 from lifecycle.drivers.boot.render import BootImage, ipxe_script
-from lifecycle.drivers.boot.server import BootServer, PhoneHomeReport, PhoneHomeVerdict
+from lifecycle.drivers.boot.server import BootServer
 from lifecycle.model.inventory import Inventory, load_inventory
 from lifecycle.store import Store
 from lifecycle.store import boot as boot_store
+from tests.boot.store_backend import StoreBackend
 
 AGENT = Path(__file__).resolve().parents[2] / "roles" / "netboot_node" / "files" / "racklife-phone-home"
 IMAGE = BootImage("debian12-gpu", "2026.11.1", "http://127.0.0.1:1/images/vmlinuz",
                   "http://127.0.0.1:1/images/initrd.img", None, None, ("console=ttyS0", "boot=live"))
 
 
-class Backend:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.reports: list[PhoneHomeReport] = []
-
-    def script_for(self, mac: str) -> str | None:
-        return boot_store.pending_script(self.store, mac)
-
-    def phone_home(self, report: PhoneHomeReport) -> PhoneHomeVerdict:
-        got = boot_store.redeem(self.store, report.token, report.node, {"image_version": report.image_version})
-        if got.accepted:
-            self.reports.append(report)
-        return PhoneHomeVerdict(got.accepted, got.reason)
-
-
 @pytest.fixture
-def served(tmp_path: Path, repo_dir: Path) -> Iterator[tuple[Store, Inventory, BootServer, Backend]]:
+def served(tmp_path: Path, repo_dir: Path) -> Iterator[tuple[Store, Inventory, BootServer, StoreBackend]]:
     store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
     inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
     store.import_inventory(inv)
-    backend = Backend(store)
+    backend = StoreBackend(store)
     with BootServer(backend, tmp_path) as server:
         yield store, inv, server, backend
     store.close()

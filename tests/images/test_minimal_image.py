@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from lifecycle.drivers.boot.render import BootImage, chain_script, ipxe_script
-from lifecycle.drivers.boot.server import BootServer, PhoneHomeReport, PhoneHomeVerdict
+from lifecycle.drivers.boot.server import BootServer
 from lifecycle.imaging.build import build
 from lifecycle.imaging.definition import DefinitionError, load_definition
 from lifecycle.model.inventory import load_inventory
 from lifecycle.store import Store
 from lifecycle.store import boot as boot_store
+from tests.boot.store_backend import StoreBackend
 
 
 def read_newc(data: bytes) -> dict[str, tuple[int, bytes]]:
@@ -89,21 +90,6 @@ def test_unknown_or_bad_definition(tmp_path: Path) -> None:
     bad.write_text("name: Bad Name\nversion: '1'\nkind: initramfs\n")
     with pytest.raises(DefinitionError, match="name"):
         load_definition(str(bad))
-
-
-class StoreBackend:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.reports: list[PhoneHomeReport] = []
-
-    def script_for(self, mac: str) -> str | None:
-        return boot_store.pending_script(self.store, mac)
-
-    def phone_home(self, report: PhoneHomeReport) -> PhoneHomeVerdict:
-        got = boot_store.redeem(self.store, report.token, report.node, {"macs": list(report.macs)})
-        if got.accepted:
-            self.reports.append(report)
-        return PhoneHomeVerdict(got.accepted, got.reason)
 
 
 @pytest.mark.slow
