@@ -97,18 +97,13 @@ class Redeemed:
     attempt: int | None = None
 
 
-def redeem(store: Store, token: str, node: str, report: dict[str, Any],
-           then: Callable[[sa.Connection, Redeemed], None] | None = None) -> Redeemed:
-    """Spend a token once. Unknown, replayed, expired or mismatched tokens are refused.
+def redeem(store: Store, token: str, node: str, report: dict[str, Any]) -> Redeemed:
+    """Spend a token once, storing the node's report with it (what the waiting run reads).
 
-    ``then`` runs inside the spending transaction for an accepted token (to
-    signal the waiting run in the same commit): both happen or neither does.
+    Unknown, replayed, expired or mismatched tokens are refused.
     """
     with store.engine.begin() as conn:
-        got = _redeem(conn, token, node, report)
-        if got.accepted and then is not None:
-            then(conn, got)
-    return got
+        return _redeem(conn, token, node, report)
 
 
 def _redeem(conn: sa.Connection, token: str, node: str, report: dict[str, Any]) -> Redeemed:
@@ -149,6 +144,23 @@ def effects(store: Store, node: str) -> list[tuple[str, str]]:
     q = sa.select(db.effects.c.token, db.effects.c.action).where(db.effects.c.node == node).order_by(db.effects.c.at)
     with store.engine.connect() as conn:
         return [(r.token, r.action) for r in conn.execute(q)]
+
+
+def phoned_home(store: Store, run_id: str, attempt: int) -> tuple[bool, dict[str, Any] | None]:
+    """Whether the token of boot (run, attempt) is spent, and the node's report if it phoned home.
+
+    ``(True, None)``: spent without a phone-home (superseded by a later boot of the node).
+    """
+    q = (sa.select(db.boot_tokens.c.used_at, db.boot_tokens.c.report)
+         .where(db.boot_tokens.c.run_id == run_id, db.boot_tokens.c.attempt == attempt))
+    with store.engine.connect() as conn:
+        row = conn.execute(q).first()
+    if row is None or row.used_at is None:
+        return False, None
+    report = json.loads(row.report) if row.report else {}
+    if not isinstance(report, dict) or report.get("superseded"):
+        return True, None
+    return True, report
 
 
 def spent(store: Store, run_ids: Collection[str]) -> set[tuple[str, int]]:

@@ -34,8 +34,10 @@ from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 from lifecycle.store import db
 
 # 0.2: provisioning journals one step per phase (begin, inspect, boot attempt, verify)
-# instead of one per BMC call; runs started under 0.1 are not replayed by this code.
-APP_VERSION = "racklife-0.2"
+# instead of one per BMC call. 0.3: the phone-home wait is a step that reads the stored
+# report (await_phone_home) instead of DBOS.recv. Runs started under an older version
+# are not replayed by this code.
+APP_VERSION = "racklife-0.3"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None
@@ -64,9 +66,8 @@ def launch(url: str | None = None, *, executor: str | None = None, role: str = "
         "application_version": APP_VERSION,
         "executor_id": executor or f"{executor_id()}/{role}",
         "log_level": os.environ.get("RACKLIFE_DBOS_LOG_LEVEL", "WARNING"),
-        # On SQLite every waiting DBOS.recv is one query per interval. Provisioning runs
-        # wait in provision.PhoneHomeWatch first and call recv once the message is there,
-        # so few runs wait here. PostgreSQL is woken by LISTEN/NOTIFY and does not poll.
+        # On SQLite DBOS polls for messages and events once per interval (PostgreSQL is woken
+        # by LISTEN/NOTIFY). racklife's own long waits (phone-home) read the store instead.
         "notification_listener_polling_interval_sec": NOTIFICATION_POLL_S,
     }
     DBOS(config=config)

@@ -6,8 +6,9 @@ phase (begin, inspect, boot attempt, verify): each reads the actual state
 first and is safe to run again; the power cycle is claimed in the store, with
 the attempt's token, before it is sent, so a controller killed mid-rack never
 cycles a node twice for the same attempt. Boot: set one-time network boot,
-power cycle, wait for the node to phone home with its single-use token
-(``PhoneHomeWatch``, then DBOS recv); on timeout one more boot, then
+power cycle, wait for the node to phone home with its single-use token (a
+step that reads the report the boot server stored when it spent the token,
+woken by ``PhoneHomeWatch``); on timeout one more boot, then
 ``provision_failed`` with the reason. The steps of a run share one BMC
 session. Why the steps are shaped this way: docs/provisioning.md, Throughput.
 """
@@ -37,7 +38,6 @@ from lifecycle.workflows.node_ops import current_run_id, transition
 
 log = logging.getLogger(__name__)
 
-PHONE_HOME_TOPIC = "phone-home"
 QUEUE = "racklife-provision"
 
 
@@ -74,13 +74,12 @@ class Outcome:
 class PhoneHomeWatch:
     """Wakes this process's runs that wait for a phone-home, with one query for all of them.
 
-    ``DBOS.recv`` alone, on SQLite, polls once per waiting run per interval: a
-    rack of booting nodes cost a large share of the controller's CPU. A run
-    first waits here instead, until its token is spent (the boot server writes
-    the DBOS message in the same transaction) or its durable deadline; then it
-    calls ``DBOS.recv``, which finds the message at once. Correctness never
-    depends on this watch: a wake-up it misses only makes the run find its
-    message later, in ``DBOS.recv``.
+    A booting node's run waits here (in ``await_phone_home``) until its token
+    is spent or its durable deadline; a boot server in this process wakes it at
+    once (``arrived``), one in another process through the store, polled every
+    ``interval_s`` for all waiting runs together. Correctness never depends on
+    this watch: a wake-up it misses only makes the run read the stored report
+    later, at its deadline.
     """
 
     def __init__(self, interval_s: float = 0.1, store_of: Callable[[], Store] = shared_store) -> None:
@@ -123,7 +122,7 @@ class PhoneHomeWatch:
                     return
             try:
                 spent = boot_store.spent(self._store_of(), {run for run, _ in waiting})
-            except Exception:  # the store is unreachable for now: DBOS.recv still delivers
+            except Exception:  # the store is unreachable for now: the run reads it at its deadline
                 log.warning("phone-home watch: reading spent tokens failed", exc_info=True)
                 continue
             for key in spent & waiting.keys():
@@ -266,6 +265,30 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
 
 
 @DBOS.step()
+def await_phone_home(node: str, attempt: int, until: float) -> dict[str, Any] | None:
+    """Wait for boot ``attempt`` of this run to phone home, until ``until`` (epoch seconds,
+    journaled by ``boot_attempt``): the node's report, or None at the deadline or when a
+    later boot of the node superseded this one.
+
+    The report is the one the boot server stored when it spent the token, so no message
+    has to reach this process: a step cut off by a crash runs again, finds the report or
+    waits for the same deadline.
+    """
+    store = shared_store()
+    run = current_run_id()
+    while True:
+        spent, report = boot_store.phoned_home(store, run, attempt)
+        if spent:
+            if report is None:
+                log.info("%s: boot attempt %d was superseded by a later boot", node, attempt)
+            return report
+        remaining = until - time.time()
+        if remaining <= 0:
+            return None
+        WATCH.wait(run, attempt, remaining)
+
+
+@DBOS.step()
 def verify_boot(node: str, report: dict[str, Any], image: dict[str, Any]) -> str:
     """Verify what the node reported and record the outcome; "" when provisioned, else why not."""
     store = shared_store()
@@ -323,10 +346,8 @@ def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) 
                 out.reason = started["reason"]
                 return asdict(out)
             out.steps.append(f"boot attempt {attempt}")
-            WATCH.wait(run, attempt, started["until"] - time.time())
-            msg = DBOS.recv(PHONE_HOME_TOPIC, timeout_seconds=max(0.0, started["until"] - time.time()))
-            if msg is not None:
-                report = dict(msg)
+            report = await_phone_home(node, attempt, started["until"])
+            if report is not None:
                 break
         if report is None:
             reason = f"no phone-home after {cfg.attempts} boot(s) of {cfg.boot_timeout_s:.0f} s each"
@@ -350,6 +371,6 @@ def provision_many(nodes: list[str], image_name: str | None, settings: dict[str,
 
 
 def register_provision_queue(max_in_flight: int) -> Queue:
-    return DBOS.register_queue(QUEUE, worker_concurrency=max_in_flight, polling_interval_sec=0.2,
+    return DBOS.register_queue(QUEUE, worker_concurrency=max_in_flight, polling_interval_sec=0.05,
                                on_conflict="always_update")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-import sqlalchemy as sa
 
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.bmc.redfish import RedfishDriver
@@ -102,22 +101,25 @@ def test_power_cycle_is_claimed_once_with_its_token(store: Store) -> None:
     assert boot_store.pending_script(store, mac) == f"token={issued[1]}"
 
 
-def test_token_is_spent_only_with_its_signal(store: Store) -> None:
+def test_the_report_is_stored_with_the_spent_token(store: Store) -> None:
     token = issue(store, "run-1", 1)
-    seen: list[tuple[str | None, int | None]] = []
-
-    def signal_fails(conn: sa.Connection, got: boot_store.Redeemed) -> None:
-        seen.append((got.run_id, got.attempt))
-        raise RuntimeError("the signal could not be written")
-
-    with pytest.raises(RuntimeError):
-        boot_store.redeem(store, token, NODE, {"image": "minimal"}, then=signal_fails)
-    assert seen == [("run-1", 1)]
+    assert boot_store.phoned_home(store, "run-1", 1) == (False, None)
     assert boot_store.spent(store, {"run-1"}) == set()
-    got = boot_store.redeem(store, token, NODE, {"image": "minimal"})
+    report = {"image": "minimal", "image_version": "1", "macs": ["02:00:00:00:00:01"]}
+    got = boot_store.redeem(store, token, NODE, report)
     assert got.accepted and (got.run_id, got.attempt) == ("run-1", 1)
+    assert boot_store.phoned_home(store, "run-1", 1) == (True, report)
     assert boot_store.spent(store, {"run-1", "run-9"}) == {("run-1", 1)}
-    assert not boot_store.redeem(store, token, NODE, {}).accepted
+    replay = boot_store.redeem(store, token, NODE, {"image": "other"})
+    assert not replay.accepted and "replay" in replay.reason
+    assert boot_store.phoned_home(store, "run-1", 1) == (True, report)  # the replay changed nothing
+
+
+def test_a_superseded_boot_is_spent_without_a_report(store: Store) -> None:
+    issue(store, "run-1", 1)
+    issue(store, "run-2", 1)  # a later boot of the same node
+    assert boot_store.phoned_home(store, "run-1", 1) == (True, None)
+    assert boot_store.phoned_home(store, "run-2", 1) == (False, None)
 
 
 def test_watch_wakes_the_run_whose_token_is_spent(store: Store) -> None:
