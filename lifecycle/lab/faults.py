@@ -39,6 +39,10 @@ PROFILES: dict[str, str] = {
     "ib-slow": "one InfiniBand link is Active at full rate but loses packets (a bad cable): ibstat and "
     "single-node checks look healthy; multi-node all_reduce through that rail runs at a quarter speed",
     "dcgm-power": "DCGM targeted power fails on one GPU (power below the minimum ratio)",
+    "pxe-off": "network boot is disabled in the node's firmware: a one-time PXE boot falls through to the "
+    "local disk, so the node never fetches its iPXE script and never phones home",
+    "pxe-flaky": "the node's first network boot with a boot pending fails (no DHCP answer in time) and "
+    "falls through to the local disk; later network boots work",
 }
 
 FAULT_FILE = "fault.json"

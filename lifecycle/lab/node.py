@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lifecycle.lab import netns
-from lifecycle.lab.faults import HEALTHY, Fault, write_fault
+from lifecycle.lab.faults import HEALTHY, Fault, read_fault, write_fault
 from lifecycle.lab.gputools.cli import install as install_tools
 from lifecycle.lab.gputools.state import NODE_FILE
 from lifecycle.model.skus import SKUS
@@ -145,6 +145,7 @@ class SimNode:
                  fault: Fault = HEALTHY, on_boot: Sequence[Hook] = (), on_shutdown: Sequence[Hook] = (),
                  wait: Callable[[threading.Event, float], bool] | None = None) -> None:
         self.boots = 0  # power-ons seen: the lab's independent count of boots
+        self.network_boot_failed = False  # the pxe-flaky fault has cost this node its one boot
         self.spec = spec
         self.net = net
         self.ssh = ssh
@@ -246,7 +247,7 @@ class SimNode:
         try:
             if self._wait(cancel, self.spec.boot_time_s):
                 return
-            script = self._fetch_boot_script()
+            script = self._network_boot()
             booted_at = time.time()
             if script is not None or not self.spec.boot_url:
                 # A node that fell through to its disk was not network-booted: nothing to report.
@@ -267,6 +268,19 @@ class SimNode:
                 if not cancel.is_set():
                     self.state = "boot_failed"
                     self.boot_error = f"{type(exc).__name__}: {exc}"
+
+    def _network_boot(self) -> str | None:
+        """The iPXE script the firmware's network boot got, or None: it fell through to the disk."""
+        if not self.spec.boot_url:
+            return None
+        profile = read_fault(self.dir).profile
+        if profile == "pxe-off":
+            return None
+        script = self._fetch_boot_script()
+        if script is not None and profile == "pxe-flaky" and not self.network_boot_failed:
+            self.network_boot_failed = True  # this once: the boot did not get through to the script
+            return None
+        return script
 
     def _fetch_boot_script(self) -> str | None:
         if not self.spec.boot_url:

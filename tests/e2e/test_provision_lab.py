@@ -82,3 +82,40 @@ def test_provision_all(lab8: RunningLab, minimal_image: Path, black_hole: int, t
     again = lab8.racklife("provision", ok[0], "--boot-timeout", "60", "--images", str(minimal_image), "--json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)[0]["state"] == "provisioned"
+
+
+@pytest.fixture(scope="module")
+def lab_pxe() -> Iterator[RunningLab]:
+    lab = RunningLab(3, faults={"node-02": "pxe-flaky", "node-03": "pxe-off"})
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def test_boot_timeout_retries_once_then_fails(lab_pxe: RunningLab, minimal_image: Path) -> None:
+    """No phone-home within the boot timeout: one more boot with a new token, then provision_failed.
+
+    node-02's first network boot falls through to its disk (pxe-flaky): the retry provisions it.
+    node-03 never boots from the network (pxe-off): two boots, then provision_failed with the reason.
+    """
+    assert lab_pxe.racklife("inventory", "import", str(lab_pxe.inventory)).returncode == 0
+    res = lab_pxe.racklife("provision", "--all", "--boot-timeout", "10", "--images", str(minimal_image),
+                           "--json", timeout=600)
+    assert res.returncode == 1, res.stdout + res.stderr
+    outcomes = {o["node"]: o for o in json.loads(res.stdout)}
+    assert outcomes["node-01"]["state"] == "provisioned"
+    assert outcomes["node-01"]["steps"] == ["inspect", "boot attempt 1"]
+    assert outcomes["node-02"]["state"] == "provisioned"
+    assert outcomes["node-02"]["steps"] == ["inspect", "boot attempt 1", "boot attempt 2"]
+    assert outcomes["node-03"]["state"] == "provision_failed"
+    assert outcomes["node-03"]["steps"] == ["inspect", "boot attempt 1", "boot attempt 2"]
+    assert outcomes["node-03"]["reason"] == "no phone-home after 2 boot(s) of 10 s each"
+
+    # The lab's own count of power-ons: lab up, then one per boot attempt and no more.
+    status = json.loads(lab_pxe.racklife("lab", "status", "--dir", str(lab_pxe.dir), "--json").stdout)
+    boots = {n["name"]: n["boots"] for n in status["nodes"]}
+    assert boots == {"node-01": 2, "node-02": 3, "node-03": 3}
+    hist = json.loads(lab_pxe.racklife("node", "history", "node-03", "--json").stdout)
+    assert [h["event"] for h in hist][-2:] == ["provision", "provision_fail"]
+    assert "no phone-home" in hist[-1]["reason"]
