@@ -268,7 +268,6 @@ def main() -> None:
                 args.json.write_text(json.dumps(figures, indent=2) + "\n")
             engine.shutdown()
             server.stop()
-            backend.close()
             store.close()
         finally:
             if firmware is not None:

@@ -86,7 +86,6 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
     finally:
         engine.shutdown()
         server.stop()
-        backend.close()
         store.close()
 
 
@@ -145,5 +144,4 @@ def serve(
     out_console.print(f"boot server on {listen}, advertised as {server.url}")
     stop.wait()
     server.stop()
-    backend.close()
     store.close()

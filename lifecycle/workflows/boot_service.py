@@ -38,7 +38,3 @@ class StoreBootBackend:
         WATCH.arrived(got.run_id, got.attempt)  # a run waiting in this process goes on at once
         log.info("node %s phoned home for run %s attempt %s", report.node, got.run_id, got.attempt)
         return PhoneHomeVerdict(True)
-
-    def close(self) -> None:
-        """Nothing of its own to release (the store belongs to the caller); kept for callers that
-        close every backend they start."""
