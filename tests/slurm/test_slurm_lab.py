@@ -25,13 +25,16 @@ from lifecycle.model.inventory import load_inventory
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float, what: str,
+             seen: Callable[[], object] | None = None) -> None:
+    """Wait for ``cond``; on timeout say what ``seen`` shows then (the state that never changed)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    last = f"; last seen: {seen()}" if seen is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
 
 
 @pytest.fixture
@@ -195,7 +198,9 @@ def test_power_save_round_trip(lab: LabSlurm, driver: SlurmDriver) -> None:
         return state.base == "idle" and state.responding and not (
             state.powered_down or "POWERING_UP" in state.flags
         )
-    wait_for(back, 60, "gpu-014 to come back idle")
+    # As for the job above, the resumed slurmd is taken back in slurmctld's periodic pass: on a
+    # loaded machine (CI runs two workers beside the daemons) that can take more than one pass.
+    wait_for(back, 120, "gpu-014 to come back idle", seen=lambda: driver.node("gpu-014").state)
 
 
 def test_cli_status_reports_drain_owners(lab: LabSlurm, driver: SlurmDriver,
