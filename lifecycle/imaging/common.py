@@ -27,8 +27,5 @@ def run(argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None 
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
