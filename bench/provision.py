@@ -119,6 +119,13 @@ def forward_power_ons(events: IO[str], nodes: IO[str]) -> threading.Thread:
     return th
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and 90th percentile of sorted ``values``, in seconds."""
+    import statistics
+
+    return {"median_s": round(statistics.median(values), 3), "p90_s": round(values[int(0.9 * (len(values) - 1))], 3)}
+
+
 def phases(store: Any, t0: float, t1: float, m: int) -> dict[str, dict[str, float]]:
     """Median and 90th percentile of each phase of a node's provisioning, from the store's records,
     and where the rest of the wall time went (t0, t1: the run's start and end, epoch seconds)."""
@@ -145,8 +152,7 @@ def phases(store: Any, t0: float, t1: float, m: int) -> dict[str, dict[str, floa
     for name, (a, b) in spans.items():
         values = sorted(at[(n, b)] - at[(n, a)] for n in nodes if (n, a) in at and (n, b) in at)
         if values:
-            out[name] = {"median_s": round(statistics.median(values), 3),
-                         "p90_s": round(values[int(0.9 * (len(values) - 1))], 3)}
+            out[name] = spread(values)
     out.update(turnover(at, m))
     whole = [at[(n, "provision_done")] - at[(n, "inspect")] for n in nodes
              if (n, "inspect") in at and (n, "provision_done") in at]
@@ -173,8 +179,7 @@ def turnover(at: dict[tuple[str, str], float], m: int) -> dict[str, dict[str, fl
     if not gaps:
         return {}
     return {"slot turnover (provisioned to next start)": {
-        "median_s": round(statistics.median(gaps), 3), "mean_s": round(statistics.fmean(gaps), 3),
-        "p90_s": round(gaps[int(0.9 * (len(gaps) - 1))], 3)}}
+        **spread(gaps), "mean_s": round(statistics.fmean(gaps), 3)}}
 
 
 def main() -> None:
