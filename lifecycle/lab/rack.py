@@ -54,6 +54,7 @@ from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
 from lifecycle.lab.layout import build_inventory, write_lab_profile
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
+from lifecycle.lab.ports import PortLease
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
 from lifecycle.lab.redfish_emulator.hardware import ExtraHardware
 from lifecycle.lab.slurm import LabSlurm, lab_config
@@ -126,12 +127,6 @@ class RackConfig:
         return cls(**data)
 
 
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -162,6 +157,7 @@ class Rack:
         self.vm: VmNode | None = None
         self.burnin_profile: Path | None = None
         self.boot_port = 0
+        self._ports = PortLease()
         self.inventory: Inventory | None = None
         self._power: dict[str, ThreadPoolExecutor] = {}
         """One worker per node: its power events apply in the order the BMC sent them."""
@@ -275,7 +271,9 @@ class Rack:
         self.kube.write_kubeconfig(self.dir / "kube" / "kubeconfig")
         # Nodes reach the controller's boot server at the hub's controller address; the lab
         # carries those connections to the host loopback, where `racklife provision` listens.
-        self.boot_port = c.boot_port or _free_tcp_port()
+        # `racklife provision` binds the boot port whenever the user runs it: a port the kernel
+        # could meanwhile give to an outgoing connection will not do (see lifecycle.lab.ports).
+        self.boot_port = c.boot_port or self._ports.take(1)[0]
         self.boot_forward = netns.Forward(self.net.hub, (self.net.controller, BOOT_PORT),
                                           ("127.0.0.1", self.boot_port))
         boot_base = f"http://{self.net.controller}:{BOOT_PORT}"
@@ -411,6 +409,7 @@ class Rack:
         for close in closers:
             with contextlib.suppress(Exception):
                 close()
+        self._ports.release()
         self.net.teardown()
         self.phase = "down"
         with contextlib.suppress(OSError):

@@ -34,6 +34,7 @@ from lifecycle.drivers.slurm.render import (
     render,
     slurm_nodes,
 )
+from lifecycle.lab.ports import PortLease, PortsExhausted
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.skus import SKUS
 
@@ -86,12 +87,6 @@ class LabSlurmConfig:
     """Environment for those programs (store, kubeconfig, role-switch hook)."""
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LabSlurm:
     """A running (or stopped) lab cluster. Use ``start()``/``stop()`` or the context manager."""
@@ -102,6 +97,8 @@ class LabSlurm:
     _init: subprocess.Popen[bytes] | None = None
     _init_pid: int | None = None
     _rest: subprocess.Popen[bytes] | None = None
+    _lease: PortLease = field(default_factory=PortLease)
+    """The ports this lab picked (slurmctld, slurmrestd, each node's slurmd), held until stop()."""
 
     # ------------------------------------------------------------- paths
 
@@ -171,7 +168,12 @@ class LabSlurm:
         inv = self.config.inventory
         nodes = slurm_nodes(inv)
         if not self.ports:
-            self.ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
+            # A lent node's slurmd binds its port only when the node is powered on (see ports).
+            try:
+                ctld, *ports = self._lease.take(1 + len(nodes))
+            except PortsExhausted as e:
+                raise LabError(str(e)) from e
+            self.ports = {"slurmctld": ctld, **{n.name: p for n, p in zip(nodes, ports, strict=True)}}
         gpus = max((SKUS[n.sku].gpu_count for n in nodes), default=0)
         for i in range(gpus):
             dev = self.root / "dev" / f"nvidia{i}"
@@ -293,7 +295,10 @@ class LabSlurm:
 
     def _start_rest(self) -> None:
         assert self._init_pid is not None
-        port = _free_port()
+        try:
+            [port] = self._lease.take(1)
+        except PortsExhausted as e:
+            raise LabError(str(e)) from e
         env = self.env()
         env["SLURM_JWT"] = "daemon"
         with self.log("slurmrestd").open("wb") as log:
@@ -353,6 +358,11 @@ class LabSlurm:
         if self._rest is not None:
             self._rest.wait(timeout=10)
             self._rest = None
+        if self._lease.ports:
+            # Ports this lab picked go back; a restart picks (and renders) them afresh.
+            if set(self.ports.values()) <= set(self._lease.ports):
+                self.ports = {}
+            self._lease.release()
 
     def remove(self) -> None:
         self.stop()

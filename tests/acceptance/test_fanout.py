@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +39,6 @@ from acceptance.ssh_fabric import FabricSSH
 SSHD = "/usr/sbin/sshd"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Sshd:
     port: int
@@ -58,14 +52,14 @@ def _keygen(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+def sshd(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[Sshd]:
     assert os.geteuid() == 0, "this test starts sshd and logs in as root: run it as root"
     assert Path(SSHD).is_file(), "Debian package openssh-server is required"
     d = tmp_path_factory.mktemp("sshd")
     for name in ("host", "client", "other"):
         _keygen(d / name)
     (d / "authorized_keys").write_text((d / "client.pub").read_text())
-    port = _free_port()
+    port = free_port()
     (d / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {d / 'authorized_keys'}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
@@ -170,9 +164,9 @@ class Counting:
 @pytest.mark.root
 @KINDS
 def test_fan_out_collects_results_and_reports_unreachable_nodes(kind: str, sshd: Sshd, node_path: Path,
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, free_port: Callable[[], int]) -> None:
     names = [f"gpu-{i:02d}" for i in range(1, 4)] + ["gpu-dead"]
-    inner, targets = transport(kind, sshd, tmp_path, names, ports={"gpu-dead": _free_port()})
+    inner, targets = transport(kind, sshd, tmp_path, names, ports={"gpu-dead": free_port()})
     ssh = Counting(inner)
     seen: list[NodeOutcome] = []
     outcomes = fan_out(ssh, targets, command(node_path, tmp_path), tmp_path / "collected", max_in_flight=2,
@@ -200,7 +194,7 @@ def test_fan_out_collects_results_and_reports_unreachable_nodes(kind: str, sshd:
 @pytest.mark.root
 @KINDS
 def test_wrong_key_missing_burnin_and_timeouts_are_failed_nodes(kind: str, sshd: Sshd, node_path: Path,
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, free_port: Callable[[], int]) -> None:
     wrong, targets = transport(kind, sshd, tmp_path, ["gpu-01"], key=sshd.other_key)
     [denied] = fan_out(wrong, targets, command(node_path, tmp_path), tmp_path / "c1", timeout_s=60)
     assert denied.status == "unreachable"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import socket
 import subprocess
 import sys
 import threading
@@ -34,20 +33,13 @@ NODE_MAC = "52:54:00:12:34:56"
 OTHER_UUID = "9a0e4b1c-7d2f-4e8a-b6c3-1f2e3d4c5b6a"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture(scope="module")
-def sushy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def sushy(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
     work = tmp_path_factory.mktemp("sushy")
     auth = work / "htpasswd"
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     auth.write_text(f"{USER}:{hashed}\n", encoding="utf-8")
-    port = _free_port()
+    port = free_port()
     # Two systems behind one service, as on a multi-node chassis manager.
     systems = [{"uuid": NODE_UUID, "name": "gpu-node-01", "power_state": "Off",
                 "nics": [{"mac": NODE_MAC, "ip": "10.10.0.11"}]},

@@ -5,9 +5,8 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -18,14 +17,8 @@ def _pg_bin(name: str) -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_url(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
     base = tmp_path_factory.mktemp("pg")
     data, sock = base / "data", base / "sock"
     sock.mkdir()
@@ -38,7 +31,7 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         for p in base.parents:
             if str(p).startswith("/tmp/"):
                 os.chmod(p, os.stat(p).st_mode | 0o005)
-    port = _free_port()
+    port = free_port()
     subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
                     "--no-sync"], check=True, capture_output=True)
     opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
