@@ -26,7 +26,6 @@ import math
 import os
 import secrets
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -125,12 +124,6 @@ class RackConfig:
         data.update(lab_dir=Path(data["lab_dir"]), fixtures=Path(data["fixtures"]),
                     faults={k: Fault(**v) for k, v in data.get("faults", {}).items()})
         return cls(**data)
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _others_can_reach(path: Path) -> bool:
@@ -244,7 +237,7 @@ class Rack:
             bmc = f"bmc-{name}"
             self.by_bmc[bmc] = name
             if name != vm and c.ipmi_every and i % c.ipmi_every == c.ipmi_every - 1:
-                ipmi_specs.append(IpmiSpec(name=bmc, port=_free_udp_port(), username=BMC_USER,
+                ipmi_specs.append(IpmiSpec(name=bmc, port=self._ports.take(1)[0], username=BMC_USER,
                                            password=password, power_on=True, power_delay_s=c.power_delay_s,
                                            serial=f"LAB{i + 1:05d}"))
                 kinds[name] = "ipmi"

@@ -150,7 +150,9 @@ class LabSlurm:
             node_ports={n: p for n, p in self.ports.items() if n != "slurmctld"},
             config_overrides=True,
             extra=(
-                "SlurmctldTimeout=30", "SlurmdTimeout=30", "MessageTimeout=5", *self.config.extra
+                "SlurmctldTimeout=30", "SlurmdTimeout=30", "MessageTimeout=5",
+                # slurmctld and each slurmd listen on loopback only, not on every address of the host.
+                "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", *self.config.extra
             ),
         )
 

@@ -45,6 +45,7 @@ def test_a_port_something_listens_on_is_skipped() -> None:
     probe = PortLease()
     [port] = probe.take(1)
     with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # an earlier lab's port in TIME_WAIT
         srv.bind(("127.0.0.1", port))
         srv.listen()
         probe.release()  # unlocked now, but something listens there

@@ -70,6 +70,22 @@ def test_cluster_up_with_partitions_gres_and_features(driver: SlurmDriver) -> No
     assert nodes["gpu-013"].state.powered_down  # lendable nodes start lent
 
 
+def _listening(ports: set[int]) -> dict[int, str]:
+    """Port -> local address of the IPv4 TCP sockets listening on those ports (from /proc/net/tcp)."""
+    found: dict[int, str] = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, port = local.split(":")
+        if state == "0A" and int(port, 16) in ports:  # 0A: LISTEN
+            found[int(port, 16)] = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+    return found
+
+
+def test_daemons_listen_on_loopback_only(lab: LabSlurm) -> None:
+    running = {p for name, p in lab.ports.items() if name not in ("gpu-013", "gpu-014")}  # lent: off
+    assert _listening(running) == dict.fromkeys(running, "127.0.0.1")
+
+
 def test_gres_enforced(lab: LabSlurm) -> None:
     ok = subprocess.run(
         ["srun", "--immediate=10", "-p", "train", "-N1", "--gres=gpu:h100:2",
