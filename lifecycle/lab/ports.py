@@ -31,9 +31,9 @@ class PortsExhausted(RuntimeError):
     """Too few free ports between FLOOR and the kernel's ephemeral range."""
 
 
-def ephemeral_range(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+def ephemeral_range() -> tuple[int, int]:
     """The kernel's range for ports it picks by itself (bind to port 0, outgoing connections)."""
-    low, high = path.read_text().split()
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
     return int(low), int(high)
 
 
@@ -58,12 +58,14 @@ class PortLease:
     def ports(self) -> tuple[int, ...]:
         return tuple(self._fds)
 
-    def __contains__(self, port: object) -> bool:
-        return port in self._fds
-
     def _try(self, port: int) -> bool:
-        LOCK_DIR.mkdir(mode=0o755, exist_ok=True)
-        fd = os.open(LOCK_DIR / str(port), os.O_RDWR | os.O_CREAT, 0o644)
+        if not LOCK_DIR.is_dir():
+            LOCK_DIR.mkdir(exist_ok=True)
+            LOCK_DIR.chmod(0o1777)  # as /tmp: every user's labs share it, each owns its files
+        try:
+            fd = os.open(LOCK_DIR / str(port), os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:  # another user's lock file: theirs to use
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

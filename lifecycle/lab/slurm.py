@@ -34,7 +34,7 @@ from lifecycle.drivers.slurm.render import (
     render,
     slurm_nodes,
 )
-from lifecycle.lab.ports import PortLease, PortsExhausted
+from lifecycle.lab.ports import PortLease
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.skus import SKUS
 
@@ -171,10 +171,7 @@ class LabSlurm:
         nodes = slurm_nodes(inv)
         if not self.ports:
             # A lent node's slurmd binds its port only when the node is powered on (see ports).
-            try:
-                ctld, *ports = self._lease.take(1 + len(nodes))
-            except PortsExhausted as e:
-                raise LabError(str(e)) from e
+            ctld, *ports = self._lease.take(1 + len(nodes))
             self.ports = {"slurmctld": ctld, **{n.name: p for n, p in zip(nodes, ports, strict=True)}}
         gpus = max((SKUS[n.sku].gpu_count for n in nodes), default=0)
         for i in range(gpus):
@@ -297,10 +294,7 @@ class LabSlurm:
 
     def _start_rest(self) -> None:
         assert self._init_pid is not None
-        try:
-            [port] = self._lease.take(1)
-        except PortsExhausted as e:
-            raise LabError(str(e)) from e
+        [port] = self._lease.take(1)
         env = self.env()
         env["SLURM_JWT"] = "daemon"
         with self.log("slurmrestd").open("wb") as log:
