@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -36,15 +37,25 @@ def _conf_value(conf: Path, key: str) -> str:
     raise KeyError(key)
 
 
+def _uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
 def resume(conf: Path, hosts: list[str]) -> int:
+    requested = _uptime()  # slurmctld stamped its resume request (boot_req_time) before we started
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     # slurmscriptd's PATH lacks the sbin directories where slurmd lives.
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
-    # The boot must come after the resume request, or slurmctld keeps waiting.
-    time.sleep(1.0)
+    # slurmctld takes a node's boot time as its own whole-second clock minus the slurmd's
+    # whole-second uptime, and keeps a node POWERING_UP (until ResumeTimeout) while that is
+    # before the request. The namespace's boot clock is offset by whole seconds, so the boot it
+    # shows is the host's last whole-second uptime mark: wait until that mark is at least one
+    # second after the request, which leaves the second that the two roundings can take away.
+    mark = math.floor(requested) + 2
+    time.sleep(max(0.0, mark - _uptime()))
     failed = 0
     for host in hosts:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        uptime = _uptime()
         res = subprocess.run(
             ["unshare", "--fork", "--time", f"--boottime=-{int(uptime)}",
              "slurmd", "-N", host, "-f", str(conf)],
