@@ -35,6 +35,7 @@ from lifecycle.drivers.slurm.render import (
     slurm_nodes,
 )
 from lifecycle.lab.ports import PortLease
+from lifecycle.lab.slurm_power import booted_slurmd
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.skus import SKUS
 
@@ -326,11 +327,7 @@ class LabSlurm:
         if name not in self.ports:
             raise LabError(f"{name} is not a Slurm node of this lab")
         # A power-on is a boot: the node's boot clock starts now (see slurm_power).
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        self._checked(f"slurmd {name}", [
-            "unshare", "--fork", "--time", f"--boottime=-{int(uptime)}",
-            "slurmd", "-N", name, "-f", str(self.conf),
-        ])
+        self._checked(f"slurmd {name}", booted_slurmd(self.conf, name))
         if wait:
             _wait(lambda: self._all_idle([name], allow_flags=True), self.config.ready_timeout_s,
                   f"{name} to register")

@@ -37,12 +37,20 @@ def _conf_value(conf: Path, key: str) -> str:
     raise KeyError(key)
 
 
-def _uptime() -> float:
+def uptime() -> float:
+    """The host's seconds since boot (/proc/uptime)."""
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
+def booted_slurmd(conf: Path, host: str) -> list[str]:
+    """argv: the host's slurmd in a time namespace whose boot clock says the machine just booted
+    (at the host's last whole-second uptime mark: the offset is whole seconds)."""
+    return ["unshare", "--fork", "--time", f"--boottime=-{int(uptime())}",
+            "slurmd", "-N", host, "-f", str(conf)]
+
+
 def resume(conf: Path, hosts: list[str]) -> int:
-    requested = _uptime()  # slurmctld stamped its resume request (boot_req_time) before we started
+    requested = uptime()  # slurmctld stamped its resume request (boot_req_time) before we started
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     # slurmscriptd's PATH lacks the sbin directories where slurmd lives.
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -52,14 +60,11 @@ def resume(conf: Path, hosts: list[str]) -> int:
     # shows is the host's last whole-second uptime mark: wait until that mark is at least one
     # second after the request, which leaves the second that the two roundings can take away.
     mark = math.floor(requested) + 2
-    time.sleep(max(0.0, mark - _uptime()))
+    time.sleep(max(0.0, mark - uptime()))
     failed = 0
     for host in hosts:
-        uptime = _uptime()
         res = subprocess.run(
-            ["unshare", "--fork", "--time", f"--boottime=-{int(uptime)}",
-             "slurmd", "-N", host, "-f", str(conf)],
-            stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
+            booted_slurmd(conf, host), stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
         )
         _log(conf, f"resume {host}: exit {res.returncode} {res.stderr.decode(errors='replace')}")
         if res.returncode != 0:
