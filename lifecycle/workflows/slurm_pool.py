@@ -6,6 +6,12 @@ pool's partition and resumed — but only if the drain on it is racklife's
 reported and left alone. ``leave``: drain with racklife's reason prefix,
 wait for running jobs up to the pool's deadline, then requeue or cancel as
 the pool's policy says; the report names every job touched.
+
+Both read Slurm's own view of the node first (``slurm_holder``), because the
+store's state is only what racklife last did: a node the store has in service
+may since have been drained by an admin. Such a node is reported with its
+owner and reason, nothing on it changes (no resume, no drain, no job
+requeued or cancelled, no transition recorded) and the outcome is a refusal.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 from dbos import DBOS
 
 from lifecycle.drivers.errors import DriverError
-from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
+from lifecycle.drivers.slurm.driver import HeldByOther, NotOurs, SlurmDriver, foreign_hold, held_by_other
+from lifecycle.drivers.slurm.leave import LEAVE_ALONE
 from lifecycle.drivers.slurm.leave import leave as slurm_leave
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
@@ -51,6 +58,13 @@ def valid_acceptance(node: str) -> str | None:
 
 
 @DBOS.step()
+def slurm_holder(node: str, action: str) -> str:
+    """Why the node is not racklife's to change ("" when it is free or held by racklife)."""
+    current = _driver().node(node)
+    return held_by_other(current, action) if foreign_hold(current) is not None else ""
+
+
+@DBOS.step()
 def slurm_join(node: str, partition: str) -> dict[str, Any]:
     """Put the node in its partition, then resume it if (and only if) the drain is ours."""
     driver = _driver()
@@ -76,8 +90,16 @@ def join_node(node: str) -> dict[str, Any]:
     if pool.scheduler != "slurm" or not pool.partition:
         out.reason = f"pool '{pool_name}' is not a Slurm pool (scheduler: {pool.scheduler})"
         return asdict(out)
+    try:
+        foreign = slurm_holder(node, "not lifted")
+    except DriverError as exc:
+        out.reason = f"slurm: {exc.message}"
+        return asdict(out)
     if out.state == "in_service":
-        out.ok, out.reason = True, "already in service"
+        if foreign:
+            out.reason = foreign  # the store's "in service" is stale: say what Slurm says
+        else:
+            out.ok, out.reason = True, "already in service"
         return asdict(out)
     record = valid_acceptance(node)
     if record is None:
@@ -89,6 +111,10 @@ def join_node(node: str) -> dict[str, Any]:
         except Exception as exc:  # IllegalTransition or StoreError, already journaled by DBOS
             out.reason = str(exc)
             return asdict(out)
+    if foreign:
+        out.reason = foreign
+        out.state = transition(node, "join_fail", foreign)
+        return asdict(out)
     try:
         out.report = slurm_join(node, pool.partition)
     except NotOurs as exc:
@@ -111,6 +137,14 @@ def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str
     if pool.scheduler != "slurm":
         out.reason = f"pool '{pool_name}' is not a Slurm pool (scheduler: {pool.scheduler})"
         return asdict(out)
+    try:
+        foreign = slurm_holder(node, LEAVE_ALONE)
+    except DriverError as exc:
+        out.reason = f"slurm: {exc.message}"
+        return asdict(out)
+    if foreign:
+        out.reason = foreign  # nothing recorded: the drain is not racklife's
+        return asdict(out)
     if out.state == "drained":
         out.ok, out.reason = True, "already drained"
         return asdict(out)
@@ -122,8 +156,8 @@ def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str
     try:
         out.report = drain_and_empty(node, policy or pool.leave_policy,
                                  pool.drain_deadline_s if deadline_s is None else deadline_s, why)
-    except NotOurs as exc:
-        # Someone else drained it first: leave their drain alone and say so.
+    except HeldByOther as exc:
+        # Someone else drained it between our read and our drain: their drain, their jobs.
         out.reason = exc.message
         out.state = "draining"
         return asdict(out)

@@ -82,7 +82,7 @@ def test_admin_drain_is_never_lifted_even_by_join(env: dict[str, str]) -> None:
     res = racklife(env, "slurm", "join", "gpu-004", "--json")
     assert res.returncode == 5
     [out] = json.loads(res.stdout)
-    assert "not by racklife" in out["reason"] and "admin: bad DIMM" in out["reason"]
+    assert out["reason"].startswith("drained by another owner: admin: bad DIMM; not lifted")
     node = slurm(env).node("gpu-004")
     assert node.state.drain and node.reason == "admin: bad DIMM"
     assert state(env, "gpu-004") == State.JOIN_FAILED
@@ -126,6 +126,68 @@ def test_leave_requeues_a_two_node_job_and_reports_it(env: dict[str, str]) -> No
     drained = slurm(env).node("gpu-006")
     assert drained.state.drain and drained.reason.startswith("racklife:")
     assert slurm(env).job(job).state in ("PENDING", "RUNNING", "CONFIGURING")  # not lost
+
+
+def start_job(env: dict[str, str], node: str) -> str:
+    job = subprocess.run(["sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "-p", "train", "-N1",
+                          "--exclusive", "-w", node, "--wrap", "sleep 300"],
+                         env=env, capture_output=True, text=True, check=True, timeout=15).stdout.strip()
+    deadline = time.monotonic() + 30
+    while slurm(env).job(job).state != "RUNNING":
+        assert time.monotonic() < deadline, "job did not start"
+        time.sleep(0.3)
+    return job
+
+
+def test_leave_never_touches_a_node_someone_else_drained(env: dict[str, str]) -> None:
+    """An admin drained the node under a running job: leave reports it and touches nothing."""
+    accept(env, "gpu-008")
+    assert racklife(env, "slurm", "join", "gpu-008").returncode == 0
+    job = start_job(env, "gpu-008")
+    subprocess.run(["scontrol", "update", "nodename=gpu-008", "state=drain", "reason=admin: reseating cable"],
+                   env=env, check=True, timeout=15)
+    try:
+        res = racklife(env, "slurm", "leave", "gpu-008", "--policy", "cancel", "--deadline", "0", "--json")
+        assert res.returncode == 5, res.stdout + res.stderr
+        [out] = json.loads(res.stdout)
+        assert not out["ok"] and out["report"] == {}
+        assert out["reason"].startswith("drained by another owner: admin: reseating cable; racklife leaves "
+                                        "the node and its jobs alone (set by root")
+        assert slurm(env).job(job).state == "RUNNING"  # neither cancelled nor requeued
+        node = slurm(env).node("gpu-008")
+        assert node.state.drain and node.reason == "admin: reseating cable"
+        assert state(env, "gpu-008") == State.IN_SERVICE  # not recorded as drained by racklife
+        store = store_of(env)
+        try:
+            assert [h.event for h in store.history("gpu-008")][-1] == "join_done"
+        finally:
+            store.close()
+    finally:
+        subprocess.run(["scancel", job], env=env, check=False, timeout=15)
+        subprocess.run(["scontrol", "update", "nodename=gpu-008", "state=resume"], env=env, check=True,
+                       timeout=15)
+
+
+def test_join_reads_slurm_before_saying_already_in_service(env: dict[str, str]) -> None:
+    accept(env, "gpu-009")
+    assert racklife(env, "slurm", "join", "gpu-009").returncode == 0
+    again = racklife(env, "slurm", "join", "gpu-009", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)[0]["reason"] == "already in service"
+    subprocess.run(["scontrol", "update", "nodename=gpu-009", "state=drain", "reason=admin: reseating cable"],
+                   env=env, check=True, timeout=15)
+    try:
+        res = racklife(env, "slurm", "join", "gpu-009", "--json")
+        assert res.returncode == 5, res.stdout + res.stderr
+        [out] = json.loads(res.stdout)
+        assert not out["ok"] and out["state"] == "in_service"
+        assert out["reason"].startswith("drained by another owner: admin: reseating cable; not lifted")
+        node = slurm(env).node("gpu-009")
+        assert node.state.drain and node.reason == "admin: reseating cable"
+        table = racklife(env, "slurm", "join", "gpu-009")
+        assert table.returncode == 5 and "REFUSED" in table.stdout and "already in service" not in table.stdout
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=gpu-009", "state=resume"], env=env, check=True,
+                       timeout=15)
 
 
 def test_unknown_node_is_bad_input(env: dict[str, str]) -> None:

@@ -45,6 +45,27 @@ class NotOurs(OperationFailed):
         self.owner = owner
 
 
+class HeldByOther(OperationFailed):
+    """A node someone else drained or downed: racklife changes nothing on it, jobs included."""
+
+    @classmethod
+    def of(cls, node: SlurmNode, action: str) -> HeldByOther:
+        return cls(node.name, held_by_other(node, action))
+
+
+def foreign_hold(node: SlurmNode) -> DrainOwner | None:
+    """The owner of the node's drain or down when it is not racklife's; None when free or ours."""
+    held = node.state.drain or node.state.base == "down"
+    return node.owner if held and node.owner.kind != "racklife" else None
+
+
+def held_by_other(node: SlurmNode, action: str) -> str:
+    """``drained by another owner: admin: reseating cable; not lifted (set by root)``."""
+    what = "drained" if node.state.drain else "down"
+    by = f" (set by {node.reason_user})" if node.reason_user else ""
+    return f"{what} by another owner: {node.reason or '(no reason given)'}; {action}{by}"
+
+
 def reason_for(run_id: str, human: str) -> str:
     """The reason text racklife sets: ``racklife:<run-id>: <human reason>``."""
     if not _RUN.match(run_id):

@@ -6,6 +6,11 @@ incomplete, ``requeue`` puts them back in the queue (they restart elsewhere),
 ``cancel`` ends them. Nothing is killed silently: the report lists every job
 that was on the nodes and what happened to it. The clock is injected so the
 waiting can be tested without sleeping.
+
+A node that someone else drained or downed is theirs: ``leave`` refuses it
+(``HeldByOther``, naming the owner and reason) before draining anything or
+touching a job, because requeueing or cancelling jobs on it would act on
+another owner's decision.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from lifecycle.drivers.errors import DriverError
-from lifecycle.drivers.slurm.driver import SlurmDriver
+from lifecycle.drivers.slurm.driver import HeldByOther, SlurmDriver, foreign_hold
 from lifecycle.drivers.slurm.types import DrainOwner, SlurmJob
+
+LEAVE_ALONE = "racklife leaves the node and its jobs alone"
 
 Policy = Literal["wait", "requeue", "cancel"]
 JobAction = Literal["finished", "requeued", "cancelled", "still_running", "failed"]
@@ -105,7 +112,10 @@ def leave(
     start = clk.monotonic()
     names = list(dict.fromkeys(nodes))
     report = LeaveReport(run_id=run_id, policy=policy)
+    _refuse_foreign(driver, names)
     owners = driver.drain(names, run_id, reason)
+    if any(o.kind != "racklife" for o in owners.values()):
+        _refuse_foreign(driver, [n for n, o in owners.items() if o.kind != "racklife"])
 
     seen: dict[str, SlurmJob] = {}
     outcome: dict[str, JobOutcome] = {}
@@ -171,6 +181,13 @@ def leave(
     )
     report.elapsed_s = clk.monotonic() - start
     return report
+
+
+def _refuse_foreign(driver: SlurmDriver, names: list[str]) -> None:
+    """Raise ``HeldByOther`` for the first of ``names`` drained or downed by someone else."""
+    for node in driver.nodes(names):
+        if foreign_hold(node) is not None:
+            raise HeldByOther.of(node, LEAVE_ALONE)
 
 
 def _outcome(job: SlurmJob, action: JobAction, detail: str = "") -> JobOutcome:
