@@ -12,98 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from burnin.parsers import ParseError
+from burnin.parsers.dcgm_report import DcgmReport, DcgmTest, Format, TestResult, finish, status, worst
+from burnin.parsers.dcgm_text import parse_text
 
-TestResult = Literal["pass", "fail", "skip", "warn"]
-Format = Literal["dcgm3-json", "dcgm4-json", "text"]
-
-# DCGM's words (3.x capitalised, 4.x lowercase, text table) → ours.
-_STATUS: dict[str, TestResult] = {
-    "pass": "pass",
-    "passed": "pass",
-    "fail": "fail",
-    "failed": "fail",
-    "skip": "skip",
-    "skipped": "skip",
-    "not run": "skip",
-    "warn": "warn",
-    "warning": "warn",
-}
-# When a test has several results (one per GPU), the worst one is the test's result.
-_SEVERITY: dict[TestResult, int] = {"pass": 0, "skip": 1, "warn": 2, "fail": 3}
-# Which categories appear at which run level (dcgmi-diag reference: r1 deployment only,
-# r2 adds integration/hardware, r3+ adds stress). Used only when the output does not say.
-_LEVEL_BY_CATEGORY = {"stress": 3, "hardware": 2, "integration": 2, "deployment": 1}
-
-
-@dataclass
-class DcgmTest:
-    name: str
-    category: str
-    result: TestResult
-    gpus: dict[str, TestResult] = field(default_factory=dict)
-    details: str = ""
-
-
-@dataclass
-class DcgmReport:
-    format: Format
-    level: int | None
-    passed: bool
-    tests: list[DcgmTest]
-    failed_gpus: list[int]
-    level_inferred: bool = False
-    dcgm_version: str | None = None
-    driver_version: str | None = None
-
-
-def status(word: object) -> TestResult:
-    if not isinstance(word, str) or word.strip().lower() not in _STATUS:
-        raise ParseError(f"unknown DCGM test status {word!r}")
-    return _STATUS[word.strip().lower()]
-
-
-def _worst(results: list[TestResult]) -> TestResult:
-    return max(results, key=lambda r: _SEVERITY[r])
-
-
-def _finish(
-    fmt: Format,
-    level: int | None,
-    tests: list[DcgmTest],
-    dcgm_version: str | None,
-    driver_version: str | None,
-) -> DcgmReport:
-    if not tests:
-        raise ParseError("DCGM output holds no test results")
-    inferred = False
-    if level is None:
-        levels = [_LEVEL_BY_CATEGORY.get(t.category.lower(), 0) for t in tests]
-        level = max(levels) or None
-        inferred = level is not None
-    failed: set[int] = set()
-    for t in tests:
-        for gpu, res in t.gpus.items():
-            if res == "fail" and gpu.isdigit():
-                failed.add(int(gpu))
-        if t.result == "fail" and not any(r == "fail" for r in t.gpus.values()):
-            failed.update(int(g) for g in re.findall(r"\bGPU (\d+)\b", t.details))
-    passed = all(t.result in ("pass", "skip") for t in tests) and any(
-        t.result == "pass" for t in tests
-    )
-    return DcgmReport(
-        format=fmt,
-        level=level,
-        passed=passed,
-        tests=tests,
-        failed_gpus=sorted(failed),
-        level_inferred=inferred,
-        dcgm_version=dcgm_version,
-        driver_version=driver_version,
-    )
+__all__ = ["DcgmReport", "DcgmTest", "Format", "TestResult", "parse", "parse_json", "parse_text", "status"]
 
 
 # --------------------------------------------------------------------------- JSON
@@ -143,7 +58,10 @@ def _json_test(raw: object, category: str) -> tuple[DcgmTest, bool]:
         if not isinstance(r, dict):
             raise ParseError(f"DCGM test {raw['name']!r} has a malformed result")
         res = status(r.get("status"))
+        if _texts(r.get("errors")):
+            res = "fail"  # an error recorded under a test fails it, whatever its status says
         overall.append(res)
+        warnings += _texts(r.get("errors"))
         warnings += _texts(r.get("warnings"))
         info += _texts(r.get("info"))
         if "entity_id" in r:
@@ -163,7 +81,7 @@ def _json_test(raw: object, category: str) -> tuple[DcgmTest, bool]:
         DcgmTest(
             name=raw["name"],
             category=category,
-            result=_worst(overall),
+            result=worst(overall),
             gpus=gpus,
             details="; ".join(d.strip() for d in details if d.strip()),
         ),
@@ -185,9 +103,11 @@ def parse_json(text: str) -> DcgmReport:
     if start < 0:
         raise ParseError(f"no JSON document in dcgmi output: {text.strip()[:200]!r}")
     try:
-        doc = json.loads(text[start : text.rfind("}") + 1])
+        doc, end = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
         raise ParseError(f"dcgmi JSON is malformed or truncated: {exc}") from exc
+    if text[end:].strip():
+        raise ParseError(f"text after the dcgmi JSON document: {text[end:].strip()[:120]!r}")
     if not isinstance(doc, dict):
         raise ParseError("dcgmi JSON is not an object")
     tests: list[DcgmTest] = []
@@ -209,7 +129,7 @@ def parse_json(text: str) -> DcgmReport:
         fmt = "dcgm4-json"
     else:
         raise ParseError("dcgmi JSON has neither 'test_categories' nor top-level 'tests'")
-    return _finish(
+    return finish(
         fmt,
         None,
         tests,
@@ -218,86 +138,11 @@ def parse_json(text: str) -> DcgmReport:
     )
 
 
-# --------------------------------------------------------------------------- text
-
-
-_SECTION = re.compile(r"^\|-+\s+(?P<name>[A-Za-z][A-Za-z /]*?)\s+-+\+")
-_ROW = re.compile(r"^\|(?P<name>[^|]*)\|(?P<value>[^|]*)\|\s*$")
-_RESULT = re.compile(
-    r"^(?P<word>Pass|Fail|Skip|Warn(?:ing)?|Not Run)\b(?:\s*-\s*(?P<who>.*))?$", re.IGNORECASE
-)
-_DETAIL_ROWS = {"error", "warning", "info"}
-
-
-def _cell_text(cell: str) -> str:
-    # dcgmi pads each cell with one space before and two after the wrapped text; a
-    # wrapped message continues mid-word on the next row, so the slice is exact.
-    return cell[1:-2] if len(cell) >= 3 else cell.strip()
-
-
-def parse_text(text: str) -> DcgmReport:
-    level_match = re.search(r"dcgmi\s+diag\b.*?(?:-r|--run)\s+(\d)", text)
-    level = int(level_match.group(1)) if level_match else None
-    category = ""
-    meta: dict[str, str] = {}
-    tests: list[DcgmTest] = []
-    current: DcgmTest | None = None
-    detail_parts: list[str] = []
-    saw_table = False
-
-    def flush() -> None:
-        nonlocal detail_parts
-        if current is not None and detail_parts:
-            joined = " ".join(p.strip() for p in detail_parts if p.strip())
-            current.details = (current.details + " " + joined).strip() if current.details else joined
-        detail_parts = []
-
-    for line in text.splitlines():
-        line = line.rstrip()
-        if m := _SECTION.match(line):
-            flush()
-            category, current = m.group("name").strip(), None
-            saw_table = True
-            continue
-        m = _ROW.match(line)
-        if not m:
-            continue
-        name, value = m.group("name").strip(), m.group("value")
-        if not name:
-            if current is not None and detail_parts:
-                detail_parts[-1] += _cell_text(value)
-            continue
-        if name in ("Diagnostic",) or set(name) <= {"=", "-", "+"}:
-            continue
-        if category.lower() == "metadata":
-            meta[name] = value.strip()
-            continue
-        if name.lower() in _DETAIL_ROWS:
-            flush()
-            detail_parts = [_cell_text(value)]
-            continue
-        flush()
-        rm = _RESULT.match(value.strip())
-        if not rm:
-            raise ParseError(f"DCGM text row {name!r} has an unreadable result {value.strip()!r}")
-        res = status(rm.group("word"))
-        gpus: dict[str, TestResult] = {}
-        who = rm.group("who") or ""
-        if who and who.strip().lower() != "all":
-            for gpu in re.findall(r"\d+", who):
-                gpus[gpu] = res
-        current = DcgmTest(name=name, category=category, result=res, gpus=gpus)
-        tests.append(current)
-    flush()
-    if not saw_table:
-        raise ParseError(f"no dcgmi diag table in output: {text.strip()[:200]!r}")
-    return _finish(
-        "text", level, tests, meta.get("DCGM Version"), meta.get("Driver Version Detected")
-    )
-
-
 def parse(text: str) -> DcgmReport:
     """Read ``dcgmi diag`` output in whichever of the three shapes it came."""
+    for line in text.splitlines():
+        if re.match(r"^\s*Error:\s*\S", line):  # dcgmi's own failure, however much it printed first
+            raise ParseError(f"dcgmi reported: {line.strip()[:300]}")
     stripped = text.lstrip()
     if "{" in text and ("Diagnostic" in text or '"tests"' in text) and "+====" not in text:
         return parse_json(text)

@@ -51,3 +51,18 @@ def fake_path(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(tmp_path / "bin")
     return env
+
+
+NEW_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def nfx() -> Callable[[str], Path]:
+    """``nfx("dcgm/…")``: a capture in ``tests/fixtures`` (provenance in its SOURCES.md)."""
+
+    def path(rel: str) -> Path:
+        p = NEW_FIXTURES / rel
+        assert p.is_file(), f"missing fixture {p}"
+        return p
+
+    return path

@@ -121,7 +121,7 @@ def test_dcgm_truncated_json_is_an_error(fx: Fx, cut: float) -> None:
 
 
 def test_dcgm_error_banner_only(tmp_path: Path) -> None:
-    with pytest.raises(ParseError, match="no dcgmi diag table"):
+    with pytest.raises(ParseError, match="dcgmi reported: Error: Unable to connect to host engine"):
         dcgm.parse("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.")
 
 
