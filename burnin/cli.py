@@ -39,8 +39,9 @@ def parse_text(kind: str, text: str, collective: str | None = None) -> dict[str,
     """Parse one tool's output into the JSON document ``burnin parse KIND`` prints."""
     if kind == "dcgm":
         return asdict(dcgm_parser.parse(text))
-    if kind == "nccl":
-        return asdict(nccl_parser.parse(text, collective))
+    if kind == "nccl":  # a log of several collectives: one document per run, never merged
+        reports = nccl_parser.parse_all(text, collective)
+        return asdict(reports[0]) if len(reports) == 1 else {"collectives": [asdict(r) for r in reports]}
     if kind == "ibstat":
         return asdict(ib_parser.parse(text))
     if kind == "xid":

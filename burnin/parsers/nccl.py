@@ -1,6 +1,11 @@
 """Parse nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf``,
 ``alltoall_perf`` …): every result row, the ``Avg bus bandwidth`` line, the rank list.
 
+One log often holds several collectives run back to back; builds since 2.17 frame each
+between ``# Collective test starting: X`` and ``# Collective test concluded: X``. Each
+framed run is one report with its own rows, average and out-of-bounds count, never
+merged with its neighbours; a run that was started but never concluded is incomplete.
+
 Output often arrives through a launcher that prefixes each line (``srun -l`` → ``0: ``,
 Open MPI ``--tag-output`` → ``[1,0]<stdout>:``); those prefixes are stripped first.
 A row that starts like a result but does not have the thirteen columns is a truncated
@@ -16,7 +21,8 @@ from burnin.parsers import ParseError, strip_rank_prefix
 
 # nccl-tests prints the binary name nowhere, so it is taken from the caller, or from a
 # "Collective test starting: all_reduce_perf" banner where newer builds print one.
-_BANNER = re.compile(r"Collective test starting:\s*(?P<name>[a-z_]+?)(?:_perf)?\b")
+_BANNER = re.compile(r"Collective test starting:\s*(?P<name>[a-z_]+?)(?:_perf(?:_mpi)?)?\s*$")
+_CONCLUDED = re.compile(r"Collective test concluded:\s*(?P<name>[a-z_]+?)(?:_perf(?:_mpi)?)?\s*$")
 _RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(?P<host>\S+)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<n>\d+)")
@@ -59,27 +65,46 @@ class NcclReport:
     wrong_results: int
     hosts: list[str]
     out_of_bounds: int | None
-    complete: bool  # the closing "Avg bus bandwidth" line was printed
+    complete: bool  # the closing "Avg bus bandwidth" line (and the "concluded" banner, if framed) was printed
     failures: list[str]
+    concluded: bool | None = None  # None: this build prints no "Collective test" banners
 
 
 def _wrong(value: str) -> int | None:
     return None if value == "N/A" else int(value)
 
 
-def parse(text: str, collective: str | None = None) -> NcclReport:
+def _sections(text: str) -> list[tuple[str | None, list[str]]]:
+    """Split a log at each "Collective test starting" banner; what precedes the first one
+    (version line, launcher noise) belongs to the first run."""
+    out: list[tuple[str | None, list[str]]] = [(None, [])]
+    for raw in text.splitlines():
+        line = strip_rank_prefix(raw).rstrip()
+        if m := _BANNER.search(line):
+            name, lines = out[-1]
+            if name is not None or any(_LOOKS_LIKE_ROW.match(ln) for ln in lines):
+                out.append((m.group("name"), []))
+            else:
+                out[-1] = (m.group("name"), lines)
+        out[-1][1].append(line)
+    return out
+
+
+def _parse_section(lines: list[str], collective: str | None, framed: bool) -> NcclReport:
     rows: list[NcclRow] = []
     ranks: dict[int, str] = {}
     avg: float | None = None
     oob: int | None = None
+    concluded = False
     failures: list[str] = []
-    found = collective
-    for raw in text.splitlines():
-        line = strip_rank_prefix(raw).rstrip()
+    for line in lines:
         if not line.strip():
             continue
-        if (m := _BANNER.search(line)) and found is None:
-            found = m.group("name")
+        if m := _CONCLUDED.search(line):
+            if m.group("name") != collective:
+                raise ParseError(f"nccl-tests run of {collective} concluded as {m.group('name')}: garbled log")
+            concluded = True
+            continue
         if m := _RANK.match(line):
             ranks[int(m.group("rank"))] = m.group("host")
             continue
@@ -98,6 +123,9 @@ def parse(text: str, collective: str | None = None) -> NcclReport:
         if line.lstrip().startswith("#"):
             continue
         if m := _ROW.match(line):
+            if avg is not None or concluded:
+                raise ParseError(f"{collective or 'nccl-tests'}: a result row after the run's summary: "
+                                 f"{line.strip()[:120]!r}")
             g = m.groups()
             rows.append(
                 NcclRow(
@@ -120,10 +148,10 @@ def parse(text: str, collective: str | None = None) -> NcclReport:
             raise ParseError(f"truncated or garbled nccl-tests row: {line.strip()[:120]!r}")
     if not rows:
         detail = f" ({failures[0]})" if failures else ""
-        raise ParseError(f"no nccl-tests result rows in output{detail}")
+        raise ParseError(f"no nccl-tests result rows in {collective or 'the'} output{detail}")
     hosts = sorted(set(ranks.values()))
     return NcclReport(
-        collective=found or "unknown",
+        collective=collective or "unknown",
         ranks=len(ranks) if ranks else None,
         rows=rows,
         avg_busbw=avg,
@@ -131,6 +159,31 @@ def parse(text: str, collective: str | None = None) -> NcclReport:
         wrong_results=sum((r.wrong_oop or 0) + (r.wrong_ip or 0) for r in rows),
         hosts=hosts,
         out_of_bounds=oob,
-        complete=avg is not None,
+        complete=avg is not None and (concluded or not framed),
         failures=failures,
+        concluded=concluded if framed else None,
     )
+
+
+def parse_all(text: str, collective: str | None = None) -> list[NcclReport]:
+    """Every run in a log, one report per collective run, in the order they ran.
+
+    ``collective`` names the run of a log that prints no banner (nccl-tests before 2.17
+    never prints its own name); a banner that names another collective contradicts it.
+    """
+    sections = _sections(text)
+    framed = any(name is not None for name, _ in sections)
+    if collective is not None and framed:
+        others = sorted({name for name, _ in sections if name is not None and name != collective})
+        if others:
+            raise ParseError(f"expected {collective} output, but the log holds {', '.join(others)}")
+    return [_parse_section(lines, name or collective, name is not None) for name, lines in sections]
+
+
+def parse(text: str, collective: str | None = None) -> NcclReport:
+    """The one run of a single collective binary's output; a log of several is refused."""
+    reports = parse_all(text, collective)
+    if len(reports) > 1:
+        names = ", ".join(r.collective for r in reports)
+        raise ParseError(f"the log holds {len(reports)} collective runs ({names}): read it with parse_all")
+    return reports[0]
