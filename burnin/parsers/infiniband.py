@@ -58,6 +58,17 @@ _IBV_PHYS = {
 }
 
 _CA = re.compile(r"^CA '(?P<name>[^']+)'\s*$")
+# The tools' own failure lines (infiniband-diags ibpanic/ibwarn/iberror; libibverbs examples).
+_TOOL_FAILURE = re.compile(
+    r"^\s*(?:ibpanic:|ibwarn:|iberror:|ibstat:|ibv_devinfo:|Failed to get IB devices? list|No IB devices found"
+    r"|IB device '[^']*' wasn't found)"
+)
+
+
+def _tool_failure(text: str, tool: str) -> None:
+    for line in text.splitlines():
+        if _TOOL_FAILURE.match(line):
+            raise ParseError(f"{tool} reported: {line.strip()[:300]}")
 _PORT = re.compile(r"^\s+Port (?P<n>\d+):\s*$")
 _KV = re.compile(r"^\s+(?P<k>[A-Za-z][A-Za-z ]*?):\s*(?P<v>.*?)\s*$")
 
@@ -74,6 +85,7 @@ def _port_from(n: int, kv: dict[str, str], ca: str) -> IbPort:
 
 
 def parse_ibstat(text: str) -> IbReport:
+    _tool_failure(text, "ibstat")
     cas: list[IbCa] = []
     port_kv: dict[str, str] | None = None
     port_no = 0
@@ -105,6 +117,8 @@ def parse_ibstat(text: str) -> IbReport:
                 cas[-1].ca_type = m.group("v")
             elif m.group("k") == "Firmware version":
                 cas[-1].firmware = m.group("v")
+        elif line.strip():
+            raise ParseError(f"not a line of ibstat output: {line.strip()[:120]!r}")
     if not cas:
         raise ParseError("no CA in ibstat output")
     close_port()
@@ -143,6 +157,7 @@ def _ibv_port(n: int, kv: dict[str, str], ca: str) -> IbPort:
 
 
 def parse_ibv_devinfo(text: str) -> IbReport:
+    _tool_failure(text, "ibv_devinfo")
     cas: list[IbCa] = []
     port_kv: dict[str, str] | None = None
     port_no = 0

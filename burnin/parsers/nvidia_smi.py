@@ -4,7 +4,9 @@ Used where NVML cannot be loaded, and as evidence beside NVML's numbers. The ``-
 text is an indented tree; it is read as a tree and queried by path, because the same
 leaf name (``Current``, ``Max``) appears under many sections. Fields the output says
 are ``N/A`` become ``None``; a file that announces more GPUs than it holds is truncated
-and raises.
+and raises. nvidia-smi reports a GPU NVML cannot reach ("Unable to determine the device
+handle for GPU…") on a line of its own and goes on to print the others as if the node
+had one GPU fewer: any such failure line makes the whole output an error quoting it.
 """
 
 from __future__ import annotations
@@ -362,8 +364,26 @@ def parse_nvlink_status(text: str) -> dict[int, list[bool]]:
     return out
 
 
+# nvidia-smi's and NVML's own failure sentences (NVIDIA driver docs and issue threads, see
+# tests/fixtures/SOURCES.md); matched at the start of a line.
+_TOOL_FAILURE = re.compile(
+    r"^\s*(?:Unable to determine the device handle for"
+    r"|NVIDIA-SMI has failed"
+    r"|Failed to initialize NVML"
+    r"|No devices were found"
+    r"|Unable to determine the number of GPUs"
+    r"|GPU access blocked by the operating system"
+    r"|Driver/library version mismatch"
+    r"|Unable to (?:query|retrieve|get) .*: (?:Unknown Error|GPU is lost))",
+    re.IGNORECASE,
+)
+
+
 def parse(text: str) -> SmiReport:
     """Read nvidia-smi output: ``-q -x`` XML, ``-q`` text, or the default table."""
+    for line in text.splitlines():
+        if _TOOL_FAILURE.match(line):
+            raise ParseError(f"nvidia-smi reported: {line.strip()[:300]}")
     stripped = text.lstrip()
     if stripped.startswith("<"):
         return _parse_xml(stripped)

@@ -8,6 +8,10 @@ NVIDIA/NVSentinel @6f8b0fcfa8e502bdda78fabf96facef729a9285b
 https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html ; the sentences in
 ``ACTIONS`` paraphrase that page. A code the catalog does not know maps to
 ``UNKNOWN`` and is treated by the judge as needing attention, not as harmless.
+
+"No Xid" is only a finding when the log was read: a booted node's kernel log is never
+empty, so an empty log, or one that holds only the reader's complaint (``dmesg: read
+kernel buffer failed``), is an error, never a clean bill of health.
 """
 
 from __future__ import annotations
@@ -115,10 +119,22 @@ def event_for(code: int, pci: str, message: str, **extra: str | None) -> XidEven
     )
 
 
+# What dmesg / journalctl print instead of a log they could not read.
+_READ_FAILURE = re.compile(
+    r"^\s*(?:dmesg: |journalctl: |-- No entries --|No journal files were (?:found|opened)"
+    r"|Failed to (?:open|read|get) )"
+)
+
+
 def parse(text: str) -> XidReport:
     """Every Xid line in a kernel log (dmesg, journalctl -k); an empty list is a clean log."""
     if "\x00" in text:
         raise ParseError("kernel log contains NUL bytes: not a text log")
+    if not text.strip():
+        raise ParseError("kernel log is empty: a booted node's kernel log never is, so it was not read")
+    for line in text.splitlines():
+        if _READ_FAILURE.match(line):
+            raise ParseError(f"the kernel log could not be read: {line.strip()[:300]}")
     events: list[XidEvent] = []
     for line in text.splitlines():
         m = _XID.search(line)
