@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from acceptance.judge import NodeInput
+from acceptance.judge import NodeInput, Request
 from burnin.result import ResultFormatError, RunResult, load_result
 
 Status = Literal["ok", "unreachable", "timeout", "failed"]
@@ -87,7 +87,7 @@ class BurninCommand:
         prefix = ["env", *(f"{k}={v}" for k, v in sorted(self.env.items()))] if self.env else []
         skips = [w for s in self.skip for w in ("--skip", s)]
         return [*prefix, self.python, "-m", "burnin", "run", "--profile", self.profile, "--level", self.level,
-                "--out", self.remote_dir(node), *skips]
+                "--out", self.remote_dir(node), "--run-id", self.run_id, "--node", node, *skips]
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,8 @@ def fan_out(
         return list(pool.map(one, targets))
 
 
-def to_input(outcome: NodeOutcome, profile: str, position: int | None = None, rack: str | None = None) -> NodeInput:
+def to_input(outcome: NodeOutcome, profile: str, position: int | None = None, rack: str | None = None,
+             request: Request | None = None) -> NodeInput:
     """The judge's view of an outcome: a node with no result carries the fan-out's reason."""
     error = None if outcome.result is not None else f"{outcome.status}: {outcome.reason}"
-    return NodeInput(outcome.node, profile, outcome.result, error, position, rack)
+    return NodeInput(outcome.node, profile, outcome.result, error, position, rack, request)

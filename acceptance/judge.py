@@ -90,6 +90,16 @@ class FleetStat:
 
 
 @dataclass(frozen=True)
+class Request:
+    """What the controller asked a node for: the result must say the same, or it answers another request."""
+
+    run_id: str
+    node: str
+    level: str
+    serial: str | None = None  # the inventory's system serial
+
+
+@dataclass(frozen=True)
 class NodeInput:
     """What came back from one node: its result, or why there is none."""
 
@@ -99,6 +109,7 @@ class NodeInput:
     error: str | None = None
     position: int | None = None  # rack unit, for the report's grid
     rack: str | None = None
+    request: Request | None = None  # None: judged on its own (re-judging a stored result), not bound
 
 
 @dataclass(frozen=True)
@@ -212,11 +223,41 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def binding_findings(result: RunResult, want: Request) -> list[NodeFinding]:
+    """The result's own run id, node, level and serial against the request (one finding each).
+
+    A result copied from another node, left over from an earlier run, or run at a lower level
+    must never pass for this one; a result that does not say is as bad as one that disagrees."""
+    out: list[NodeFinding] = []
+    for what, got, expected in (("run_id", result.run_id, want.run_id), ("node", result.node, want.node),
+                                ("level", result.level, want.level)):
+        if got == expected:
+            out.append(NodeFinding(f"result.{what}", "pass", "record", what, got, expected,
+                                   f"result answers this request ({what} {got})"))
+        else:
+            said = "does not say which" if got is None else f"is for {what} {got!r}"
+            out.append(NodeFinding(f"result.{what}", "error", "record", what, got, expected,
+                                   f"result.json {said}; this request is {what} {expected!r}"))
+    if want.serial is not None and result.serial is not None and result.serial != want.serial:
+        out.append(NodeFinding("result.serial", "error", "record", "serial", result.serial, want.serial,
+                               f"result.json comes from a machine with serial {result.serial!r}; "
+                               f"the inventory's {want.node} is {want.serial!r}"))
+    elif want.serial is not None and result.serial == want.serial:
+        out.append(NodeFinding("result.serial", "pass", "record", "serial", result.serial, want.serial,
+                               f"system serial {result.serial} is the inventory's"))
+    else:
+        out.append(NodeFinding("result.serial", "pass", "record", "serial", result.serial, want.serial,
+                               "system serial not compared: "
+                               + ("the node could not read its own" if result.serial is None
+                                  else "the inventory has none")))
+    return out
+
+
 def _profile_findings(inp: NodeInput, profile: Profile) -> list[NodeFinding]:
     if inp.result is None:
         why = inp.error or "no burn-in result came back"
         return [NodeFinding("result", "error", "record", "result.json", None, "present", why)]
-    out: list[NodeFinding] = []
+    out: list[NodeFinding] = binding_findings(inp.result, inp.request) if inp.request else []
     if inp.result.profile != profile.name:
         out.append(NodeFinding("result.profile", "pass", "record", "profile", inp.result.profile, profile.name,
                                f"node ran {inp.result.profile}; re-judged against {profile.name}"))

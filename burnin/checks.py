@@ -210,10 +210,9 @@ def check_dcgm(ctx: RunContext) -> CheckResult:
         return check
     if report.dcgm_version and not check.tool_version:
         check.tool_version = report.dcgm_version
-    report.level, report.level_inferred = level, False  # the level asked for, not guessed
     findings = judge.judge_dcgm(report, ctx.profile, ctx.level)
-    measured = {"passed": report.passed, "failed_gpus": report.failed_gpus,
-                "failed_tests": [t.name for t in report.tests if t.result == "fail"]}
+    measured = {"passed": report.passed, "level_ran": report.level, "level_inferred": report.level_inferred,
+                "failed_gpus": report.failed_gpus, "failed_tests": [t.name for t in report.tests if t.result == "fail"]}
     return _nonzero_exit(_finish(check, findings, asdict(report), measured), check.exit_code, "dcgmi")
 
 

@@ -122,6 +122,8 @@ def run_node(
     expect_driver: str | None = None,
     expect_cuda: str | None = None,
     progress: bool = True,
+    run_id: str | None = None,
+    node: str | None = None,
 ) -> tuple[int, RunResult | str]:
     try:
         profile = profiles.load(profile_name)
@@ -140,7 +142,7 @@ def run_node(
 
     result = runner.run(
         profile, level, out, nvml=default_nvml(), stress=default_stress, skip=tuple(skip),
-        expect_driver=expect_driver, expect_cuda=expect_cuda, on_check=show,
+        expect_driver=expect_driver, expect_cuda=expect_cuda, on_check=show, run_id=run_id, node=node,
     )
     return (OK if result.verdict == "pass" else FAILED), result
 
@@ -159,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--skip", action="append", default=[], help="check to skip (recorded as error)")
     r.add_argument("--expect-driver")
     r.add_argument("--expect-cuda")
+    r.add_argument("--run-id", help="the acceptance run that asked (written into result.json)")
+    r.add_argument("--node", help="the node name the controller asked (written into result.json)")
     p = sub.add_parser("parse", help="parse one tool output file and print JSON")
     p.add_argument("kind", choices=PARSE_KINDS)
     p.add_argument("file", type=Path)
@@ -172,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "run":
         code, res = run_node(args.profile, args.level, args.out, args.skip,
-                             args.expect_driver, args.expect_cuda)
+                             args.expect_driver, args.expect_cuda, run_id=args.run_id, node=args.node)
         if isinstance(res, str):
             print(f"error: {res}", file=sys.stderr)
             return code

@@ -164,7 +164,10 @@ def _temperature(gpus: list[GpuHealth], profile: Profile) -> Finding:
     measured: dict[str, Any] = {}
     bad, missing = [], []
     for g in gpus:
-        limit = g.temperature_slowdown_c if g.temperature_slowdown_c else profile.gpu.max_temperature_c
+        # The GPU's own slowdown point may only tighten the profile's limit, never loosen it.
+        limit = profile.gpu.max_temperature_c
+        if g.temperature_slowdown_c:
+            limit = min(limit, g.temperature_slowdown_c)
         measured[str(g.index)] = {"temperature_c": g.temperature_c, "limit_c": limit}
         if g.temperature_c is None:
             missing.append(str(g.index))
@@ -206,11 +209,8 @@ def judge_dcgm(report: DcgmReport, profile: Profile, level: str | None = None) -
     measured = {t.name: t.result for t in report.tests}
     bad = [t for t in report.tests if t.result == "fail" or (t.result == "warn" and not lim.allow_warn)]
     out: list[Finding] = []
-    if level is not None and report.level is not None and not report.level_inferred:
-        want = lim.levels[level]
-        ok = report.level >= want
-        out.append(Finding("dcgm.level", "pass" if ok else "fail", report.level, want,
-                           "" if ok else f"diagnostic ran at level {report.level}, profile needs {want}"))
+    if level is not None:
+        out.append(_dcgm_level(report, lim.levels[level]))
     if bad:
         gpus = f" (GPUs {report.failed_gpus})" if report.failed_gpus else ""
         reasons = "; ".join(f"{t.name}: {t.result}{' - ' + t.details[:200] if t.details else ''}" for t in bad)
@@ -227,6 +227,21 @@ def judge_dcgm(report: DcgmReport, profile: Profile, level: str | None = None) -
         out.append(Finding(f"dcgm.required.{names[0].replace(' ', '_')}", verdict, result, "pass",
                            "" if verdict == "pass" else f"required test {required!r} is {result or 'absent'}"))
     return out
+
+
+def _dcgm_level(report: DcgmReport, want: int) -> Finding:
+    """The level that ran, as the output says (or as its categories imply), against the level required.
+
+    The level asked for proves nothing: a dcgmi that ignored ``-r`` or a result copied from a
+    shorter run would otherwise be judged as the run that was wanted."""
+    how = "inferred from the test categories" if report.level_inferred else "stated by the output"
+    if report.level is None:
+        return Finding("dcgm.level", "error", None, want,
+                       "the DCGM output does not say which level ran, nor do its categories imply one")
+    if report.level < want:
+        return Finding("dcgm.level", "fail", report.level, want,
+                       f"diagnostic ran at level {report.level} ({how}), profile needs {want}")
+    return Finding("dcgm.level", "pass", report.level, want, f"level {report.level} ({how}) >= {want}")
 
 
 def nccl_scope(report: NcclReport, profile: Profile) -> str:
@@ -272,12 +287,18 @@ def judge_ib(report: IbReport, profile: Profile) -> list[Finding]:
                                     "rate_gbps": p.rate_gbps, "link_layer": p.link_layer}
                 for ca, p in ports}
     down = [f"{ca}:{p.port} {p.state}/{p.physical_state}" for ca, p in ports
-            if p.state != "Active" or p.physical_state not in ("LinkUp", "Unknown")]
+            if p.state != "Active" or p.physical_state != "LinkUp"]
     full = [(ca, p) for ca, p in ports if p.state == "Active" and p.rate_gbps is not None
             and p.rate_gbps >= lim.rate_gbps and p.link_layer in lim.link_layers]
     threshold = {"ports_min": lim.ports_min, "rate_gbps": lim.rate_gbps}
     if down:
-        return [Finding("ib.ports", "fail", measured, threshold, "ports not up: " + ", ".join(down))]
+        # an unknown physical state (ibv_devinfo without -v) is not "up": the link was not seen,
+        # which is an error (not measured) unless some port is measurably down
+        unseen = all(p.state == "Active" and p.physical_state == "Unknown" for _, p in ports
+                     if p.physical_state != "LinkUp")
+        note = " (physical state not reported; run ibstat or ibv_devinfo -v)" if unseen else ""
+        return [Finding("ib.ports", "error" if unseen else "fail", measured, threshold,
+                        "ports not up: " + ", ".join(down) + note)]
     if len(full) < lim.ports_min:
         unknown_rate = any(p.rate_gbps is None for _, p in ports)
         verdict: Verdict = "error" if unknown_rate else "fail"

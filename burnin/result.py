@@ -76,6 +76,11 @@ class RunResult:
     verdict: Verdict
     checks: list[CheckResult]
     burnin_version: str
+    # What the controller asked for, written back by the node: the judge checks them against the
+    # request, so that a result from another node or another run cannot stand for this one.
+    run_id: str | None = None
+    node: str | None = None
+    serial: str | None = None  # the system serial the node read of itself (DMI), when it could
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
@@ -193,4 +198,7 @@ def load_result(text: str) -> RunResult:
         verdict=_verdict(doc.get("verdict"), "result"),
         checks=[_check_from(c, f"checks[{i}]") for i, c in enumerate(checks)],
         burnin_version=field_("burnin_version"),
+        run_id=_str_or_none(doc.get("run_id"), "run_id"),
+        node=_str_or_none(doc.get("node"), "node"),
+        serial=_str_or_none(doc.get("serial"), "serial"),
     )

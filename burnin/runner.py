@@ -48,6 +48,9 @@ def run(
     expect_cuda: str | None = None,
     host: str | None = None,
     on_check: Callable[[CheckResult], None] | None = None,
+    run_id: str | None = None,
+    node: str | None = None,
+    serial: str | None = None,
 ) -> RunResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     tools = tools or ToolRunner(out_dir)
@@ -104,9 +107,35 @@ def run(
         verdict=worst([c.verdict for c in results]),
         checks=results,
         burnin_version=BURNIN_VERSION,
+        run_id=run_id,
+        node=node,
+        serial=serial if serial is not None else system_serial(tools),
     )
     result.write(out_dir / "result.json")
     return result
+
+
+DMI_SERIAL = Path("/sys/class/dmi/id/product_serial")
+_PLACEHOLDER_SERIALS = {"", "0", "none", "not specified", "to be filled by o.e.m.", "default string",
+                        "system serial number", "0123456789"}
+
+
+def system_serial(tools: ToolRunner, path: Path = DMI_SERIAL) -> str | None:
+    """The machine's serial as its firmware states it (``dmidecode``, else the DMI file; both need
+    root), or None when unreadable or a vendor placeholder: the controller then has no serial to
+    hold against the inventory, which it reports."""
+    text: str | None = None
+    if tools.which("dmidecode"):
+        run = tools.run("system_serial", ["dmidecode", "-s", "system-serial-number"], 30)
+        if run.failure() is None and run.exit_code == 0:
+            lines = [ln.strip() for ln in run.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+            text = lines[0] if len(lines) == 1 else None
+    if text is None:
+        try:
+            text = path.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return None
+    return None if text.lower() in _PLACEHOLDER_SERIALS else text[:64]
 
 
 @dataclass(frozen=True)
@@ -140,13 +169,54 @@ def _rejudge_check(check: CheckResult, profile: Profile, level: str) -> list[Fin
     raise ResultFormatError(f"unknown check kind {check.kind!r}")
 
 
+def required_checks(profile: Profile, level: str) -> tuple[str, ...]:
+    """Every check the level requires, each by the name it is recorded under: NCCL once per collective.
+
+    A level is only as strong as each of its checks: one ``nccl`` check must not stand in for
+    the four collectives ``standard`` asks for."""
+    out: list[str] = []
+    for name in profile.checks[level]:
+        if name == "nccl":
+            out += [f"nccl.{c}" for c in profile.nccl.collectives[level]]
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def _recorded_as(check: CheckResult) -> str:
+    """The required-check name a result's check answers for (an nccl check: its collective's)."""
+    if check.kind == "nccl":
+        collective = check.options.get("collective")
+        return f"nccl.{collective}" if isinstance(collective, str) else check.name
+    return check.kind
+
+
+def _collective_mismatch(check: CheckResult) -> Finding | None:
+    """An nccl check whose data measured another collective than it claims answers for nothing."""
+    if check.kind != "nccl" or not isinstance(check.data, dict):
+        return None
+    claimed, measured = check.options.get("collective"), check.data.get("collective")
+    if claimed is not None and measured is not None and claimed == measured:
+        return None
+    return Finding(check.name, "error", measured, claimed,
+                   f"check {check.name} claims collective {claimed!r} but its data measured {measured!r}")
+
+
 def rejudge(result: RunResult, profile: Profile) -> Judgement:
     findings: list[Finding] = []
-    level = result.level if result.level in profile.checks else "standard"
+    if result.level not in profile.checks:
+        known = ", ".join(profile.checks)
+        return Judgement(False, [Finding("result.level", "error", result.level, known,
+                                         f"result level {result.level!r} is not a level of {profile.name}")])
+    level = result.level
     for check in result.checks:
         if check.data is None:
             findings.append(Finding(check.name, "error", None, None,
                                     check.reason or f"{check.name} produced no data"))
+            continue
+        mismatch = _collective_mismatch(check)
+        if mismatch is not None:
+            findings.append(mismatch)
             continue
         try:
             found = _rejudge_check(check, profile, level)
@@ -156,8 +226,8 @@ def rejudge(result: RunResult, profile: Profile) -> Judgement:
             # The node could not vouch for this check (e.g. a tool exited non-zero).
             found = [Finding(check.name, "error", None, None, check.reason or "error on the node")]
         findings.extend(found)
-    have = {c.kind for c in result.checks}
-    for name in profile.checks.get(level, ()):
+    have = {_recorded_as(c) for c in result.checks}
+    for name in required_checks(profile, level):
         if name not in have:
             findings.append(Finding(name, "error", None, None,
                                     f"profile {profile.name} level {level} needs {name!r}; result lacks it"))

@@ -40,6 +40,9 @@ from lifecycle.model.skus import SKUS
 Hook = Callable[[str], None]
 _SETHOSTNAME = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The racklife checkout this lab runs from: a node's burn-in and fake tools import the same code
+(over SSH, a node's processes get sshd's environment, not the controller's)."""
 DRIVER_VERSION = "550.127.08"
 CUDA_VERSION = "12.4"
 
@@ -67,6 +70,8 @@ class NodeSpec:
     """iPXE script URL; ``{mac}`` and ``{name}`` are filled in. None: no network boot step."""
     phone_home: str | PhoneHome | None = None
     """URL to POST the BootReport to as JSON, or a callable; None: no phone-home."""
+    serial: str | None = None
+    """The system serial the node's firmware states (the inventory's); what its dmidecode prints."""
 
     def __post_init__(self) -> None:
         if self.sku not in SKUS:
@@ -190,7 +195,7 @@ class SimNode:
             "UsePAM no",
             "StrictModes no",
             "PrintMotd no",
-            f"SetEnv PATH={self.dir / 'bin'}:{SYSTEM_PATH} RACKLIFE_NODE={self.name}",
+            f"SetEnv PATH={self.dir / 'bin'}:{SYSTEM_PATH} RACKLIFE_NODE={self.name} PYTHONPATH={SOURCE_ROOT}",
             "Subsystem sftp internal-sftp",
             "",
         ]), encoding="utf-8")
@@ -200,7 +205,7 @@ class SimNode:
         facts = {"name": self.name, "sku": sku.name, "gpu_model": sku.gpu_model, "gpu_count": sku.gpu_count,
                  "ib_ports": sku.ib_ports, "ib_rate_gbps": sku.ib_rate_gbps, "driver_version": DRIVER_VERSION,
                  "cuda_version": CUDA_VERSION, "address": self.net.address, "mac": self.net.mac,
-                 "booted_at": booted_at}
+                 "booted_at": booted_at, "serial": self.spec.serial}
         tmp = self.dir / f".{NODE_FILE}.tmp"
         tmp.write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.dir / NODE_FILE)

@@ -274,9 +274,11 @@ class Rack:
         if vm:
             self.vm = VmNode(VmSpec(vm, memory_mb=c.vm_memory_mb), nets[vm], self.dir)
             self.vm.prepare()
+        serials = {n.name: n.serial for n in (self.inventory.nodes if self.inventory else [])}
         for name in names:
             ns = nets[name].netns
             spec = NodeSpec(name, c.sku, boot_time_s=c.boot_time_s, boot_url=boot_base + "/boot/{mac}.ipxe",
+                            serial=serials.get(name),
                             phone_home=racklife_phone_home([nets[name].mac],
                                                            run_in=functools.partial(netns.run_in, ns)))
             self.nodes[name] = SimNode(

@@ -30,7 +30,7 @@ from acceptance import plots
 from acceptance.evidence import BundleMeta, write_bundle
 from acceptance.fanout import BurninCommand, NodeOutcome, Target, fan_out, to_input
 from acceptance.isolation import Isolation
-from acceptance.judge import GroupRun, NodeInput, judge_group, judge_rack
+from acceptance.judge import GroupRun, NodeInput, Request, judge_group, judge_rack
 from acceptance.multinode import LaunchRecord, Srun, run_stage
 from acceptance.reports import ReportInput, write_reports
 from acceptance.topology import Placement
@@ -127,8 +127,9 @@ def _lookup_nccl_binary(cfg: AcceptSettings, node: str, profile: str, found: dic
 
 
 def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
-                recs: dict[str, NodeRecord]) -> list[NodeInput]:
-    """The judge's view of what the fan-out brought back (re-read from disk: steps pass JSON)."""
+                recs: dict[str, NodeRecord], run_id: str, level: str) -> list[NodeInput]:
+    """The judge's view of what the fan-out brought back (re-read from disk: steps pass JSON), each
+    bound to what this run asked of the node."""
     inputs = []
     for n in nodes:
         c = collected[n]
@@ -138,7 +139,8 @@ def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
         outcome = NodeOutcome(n, c["status"], c["reason"], result,
                               Path(c["local_dir"]) if c["local_dir"] else None, None,
                               c["started_at"], c["ended_at"])
-        inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack))
+        inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack,
+                               Request(run_id, n, level, recs[n].serial)))
     return inputs
 
 
@@ -148,7 +150,7 @@ def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], settings:
     cfg = AcceptSettings(**settings)
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
-    single = judge_rack(node_inputs(nodes, collected, recs)).by_node()
+    single = judge_rack(node_inputs(nodes, collected, recs, current_run_id(), cfg.level)).by_node()
     found = {c["profile"]: c["nccl_binary"] for c in collected.values() if c.get("nccl_binary")}
     return run_multi_node(recs, {n: collected[n]["profile"] for n in nodes}, {n: single[n].passed for n in nodes},
                           {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
@@ -277,7 +279,7 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
     run_id = current_run_id()
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
-    inputs = node_inputs(nodes, collected, recs)
+    inputs = node_inputs(nodes, collected, recs, run_id, cfg.level)
     runs, culprits, isolation = _multi_node_runs(mn or {})
     judgement = judge_rack(inputs, groups=runs, culprits=culprits)
     ended = datetime.now(UTC).isoformat(timespec="seconds")

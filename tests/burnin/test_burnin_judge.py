@@ -194,7 +194,7 @@ def test_healthy_gpus_pass() -> None:
         ({"pcie_gen_max": 4}, "gpu.pcie_gen", "fail", "below"),
         ({"pcie_width_current": 8}, "gpu.pcie_width", "fail", "width"),
         ({"throttle_reasons": ["hw_power_brake_slowdown"]}, "gpu.throttle", "fail", "power_brake"),
-        ({"temperature_c": 90.0}, "gpu.temperature", "fail", "90 C >= 87 C"),
+        ({"temperature_c": 90.0}, "gpu.temperature", "fail", "90 C >= 85 C"),
         ({"power_limit_w": 500.0}, "gpu.power_limit", "fail", "500.0"),
         ({"nvlink_active": [True] * 16 + [False] * 2}, "gpu.nvlink", "fail", "16"),
         ({"nvlink_active": None}, "gpu.nvlink", "error", "not reported"),

@@ -23,4 +23,5 @@ TOOLS = (
     "ibstat",
     "ibv_devinfo",
     "dmesg",
+    "dmidecode",
 )

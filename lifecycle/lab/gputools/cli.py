@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, multinode, nccl, nvsmi, timing
-from lifecycle.lab.gputools.state import NODE_FILE, load
+from lifecycle.lab.gputools.state import NODE_FILE, NodeState, load
 
 LAUNCHER = "gputool"
 
@@ -63,7 +63,18 @@ def _answer(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) 
         return ib.ibv_devinfo(argv, s)
     if tool == "dmesg":
         return dmesg.main(argv, s)
+    if tool == "dmidecode":
+        return dmidecode(argv, s)
     return f"{tool}: not a lab tool (known: {', '.join(TOOLS)})\n", 127
+
+
+def dmidecode(argv: list[str], s: NodeState) -> tuple[str, int]:
+    """``dmidecode -s system-serial-number``, the one question burn-in asks of it."""
+    if argv != ["-s", "system-serial-number"]:
+        return "dmidecode: only '-s system-serial-number' is simulated in the lab\n", 2
+    if s.serial is None:
+        return "Not Specified\n", 0  # what firmware without a serial says
+    return f"{s.serial}\n", 0
 
 
 def main() -> int:

@@ -132,6 +132,7 @@ class NodeState:
     fault: Fault
     gpus: tuple[Gpu, ...]
     hcas: tuple[Hca, ...]
+    serial: str | None = None  # the system serial its firmware states (the inventory's), for dmidecode
 
     @property
     def model(self) -> GpuModel:
@@ -208,4 +209,5 @@ def load(node_dir: Path) -> NodeState:
         fault=fault,
         gpus=tuple(_gpu(name, i, model_name, fault) for i in range(int(facts["gpu_count"]))),
         hcas=tuple(_hca(name, i, int(facts["ib_rate_gbps"]), fault, ports) for i in range(ports)),
+        serial=str(facts["serial"]) if facts.get("serial") else None,
     )
