@@ -7,13 +7,19 @@ node sent it, the judgement with every number and threshold, the profile files u
 tool and image versions, timestamps and the operator. ``manifest.json`` lists every file
 with its size and sha256, and carries the sha256 of its own canonical form (sorted keys,
 no whitespace, UTF-8, without the ``manifest_sha256`` field). :func:`verify` recomputes
-all of it and names every file that was changed, removed or added; to guard against
-someone rewriting the manifest too, keep the digest :func:`seal` returns with the
-acceptance record and pass it as ``expected_digest``.
+all of it and names every file that was changed, removed or added.
+
+That alone proves only that a bundle agrees with itself: rewrite a file, re-hash the
+manifest, and it agrees again. So a bundle is anchored outside itself, and :func:`verify`
+passes only when at least one anchor was checked and every anchor checked holds: the
+digest recorded in the store with the acceptance record (``recorded``), the controller's
+Ed25519 signature in ``manifest.sig`` checked against a trusted public key
+(:mod:`acceptance.signing`), or a digest the caller expects (``--expect-sha256``).
 
 Layout::
 
     manifest.json
+    manifest.sig                   the controller's signature of the manifest (not listed in it)
     rack.json                      rack, operator, times, versions, fleet baselines, verdicts
     profiles/<profile>.toml        the exact profile text judged against
     nodes/<node>/judgement.json    verdict, findings (number, threshold, why), versions
@@ -32,8 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from acceptance import signing
 from acceptance.isolation import Isolation
 from acceptance.judge import GroupJudgement, NodeInput, NodeJudgement, RackJudgement
 
@@ -62,14 +71,36 @@ class BundleMeta:
     policy: str = "manual"  # the operator or policy that asked for acceptance
 
 
+AnchorKind = Literal["store", "signature", "expected"]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One check of the bundle against something outside it, and what it found."""
+
+    kind: AnchorKind
+    ok: bool
+    detail: str
+
+
 @dataclass(frozen=True)
 class Verification:
-    ok: bool
+    consistent: bool  # every file as the manifest lists it, and the manifest's own digest right
     tampered: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # the manifest itself: unreadable, wrong digest, unsafe paths
     digest: str | None = None
+    anchors: tuple[Anchor, ...] = ()
+
+    @property
+    def anchored(self) -> bool:
+        return bool(self.anchors) and all(a.ok for a in self.anchors)
+
+    @property
+    def ok(self) -> bool:
+        """Consistent and anchored: a bundle no anchor vouches for is not verified."""
+        return self.consistent and self.anchored
 
     def files(self) -> list[str]:
         return sorted({*self.tampered, *self.missing, *self.extra})
@@ -153,6 +184,7 @@ def write_bundle(
     *,
     isolation: Isolation | None = None,
     extra_rack_data: Mapping[str, Any] | None = None,
+    signer: Ed25519PrivateKey | None = None,
 ) -> str:
     """Write the bundle for one rack into the empty ``out_dir`` and seal it; returns the manifest digest.
 
@@ -201,7 +233,7 @@ def write_bundle(
         **(dict(extra_rack_data) if extra_rack_data else {}),
     }
     _write_json(out_dir / "rack.json", rack_doc)
-    return seal(out_dir, created_at=meta.ended_at, operator=meta.operator)
+    return seal(out_dir, created_at=meta.ended_at, operator=meta.operator, signer=signer)
 
 
 def _profile_text(name: str) -> str | None:
@@ -215,7 +247,7 @@ def _bundle_files(root: Path) -> tuple[dict[str, Path], list[str]]:
     odd: list[str] = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if rel == MANIFEST:
+        if rel in (MANIFEST, signing.SIGNATURE):
             continue
         if path.is_symlink() or (not path.is_file() and not path.is_dir()):
             odd.append(rel)
@@ -224,8 +256,9 @@ def _bundle_files(root: Path) -> tuple[dict[str, Path], list[str]]:
     return files, odd
 
 
-def seal(root: Path, *, created_at: str, operator: str) -> str:
-    """Hash every file into ``manifest.json``; returns the manifest's digest (keep it with the record)."""
+def seal(root: Path, *, created_at: str, operator: str, signer: Ed25519PrivateKey | None = None) -> str:
+    """Hash every file into ``manifest.json`` (and sign it when given a key); returns the manifest's
+    digest, which the caller records with the acceptance record."""
     files, odd = _bundle_files(root)
     if odd:
         raise EvidenceError(f"bundle holds entries that are not regular files: {', '.join(odd)}")
@@ -234,6 +267,8 @@ def seal(root: Path, *, created_at: str, operator: str) -> str:
                             "operator": operator, "algorithm": "sha256", "files": entries}
     digest = hashlib.sha256(canonical(body)).hexdigest()
     _write_json(root / MANIFEST, {**body, "manifest_sha256": digest})
+    if signer is not None:
+        signing.write_signature(root, signing.sign(signer, canonical(body), digest))
     return digest
 
 
@@ -255,8 +290,33 @@ def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     return doc, []
 
 
-def verify(root: Path, expected_digest: str | None = None) -> Verification:
-    """Check a bundle against its manifest: every file present, unchanged, and nothing added."""
+def _anchors(root: Path, body: bytes, digest: str, expected_digest: str | None,
+             recorded: Sequence[str] | None, public_key: Ed25519PublicKey | None) -> list[Anchor]:
+    out: list[Anchor] = []
+    if recorded is not None:
+        if not recorded:
+            out.append(Anchor("store", False, "the store has no acceptance record for this bundle"))
+        elif digest in recorded:
+            out.append(Anchor("store", True, f"manifest sha256 {digest} is the one recorded with its "
+                                             "acceptance record"))
+        else:
+            out.append(Anchor("store", False, f"manifest sha256 {digest} is not the recorded "
+                                              f"{', '.join(sorted(set(recorded)))}"))
+    if public_key is not None:
+        why = signing.check_signature(root, body, public_key)
+        out.append(Anchor("signature", why is None,
+                          why or f"signed by controller key {signing.key_id(public_key)}"))
+    if expected_digest is not None:
+        ok = expected_digest.lower() == digest
+        said = "is the expected one" if ok else f"is not the expected {expected_digest}"
+        out.append(Anchor("expected", ok, f"manifest sha256 {digest} {said}"))
+    return out
+
+
+def verify(root: Path, expected_digest: str | None = None, *, recorded: Sequence[str] | None = None,
+           public_key: Ed25519PublicKey | None = None) -> Verification:
+    """Check a bundle against its manifest (every file present, unchanged, nothing added) and against
+    each anchor given: the store's recorded digests, the controller's public key, an expected digest."""
     doc, problems = _read_manifest(root)
     if doc is None:
         return Verification(False, problems=tuple(problems))
@@ -265,8 +325,7 @@ def verify(root: Path, expected_digest: str | None = None) -> Verification:
     if doc.get("manifest_sha256") != digest:
         problems.append(f"{MANIFEST} was edited: its content hashes to {digest}, it claims "
                         f"{doc.get('manifest_sha256')!r}")
-    if expected_digest is not None and expected_digest != digest:
-        problems.append(f"{MANIFEST} digest {digest} is not the recorded {expected_digest}")
+    anchors = _anchors(root, canonical(body), digest, expected_digest, recorded, public_key)
     listed: dict[str, Any] = doc["files"]
     unsafe = [rel for rel in listed if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts]
     problems.extend(f"{MANIFEST} lists an unsafe path {rel!r}" for rel in unsafe)
@@ -282,5 +341,6 @@ def verify(root: Path, expected_digest: str | None = None) -> Verification:
         elif path.stat().st_size != entry.get("size") or sha256_file(path) != entry["sha256"]:
             tampered.append(rel)
     extra = sorted({*(rel for rel in files if rel not in listed), *(rel for rel in odd if rel not in listed)})
-    ok = not (tampered or missing or extra or problems)
-    return Verification(ok, tuple(tampered), tuple(missing), tuple(extra), tuple(problems), digest)
+    consistent = not (tampered or missing or extra or problems)
+    return Verification(consistent, tuple(tampered), tuple(missing), tuple(extra), tuple(problems), digest,
+                        tuple(anchors))

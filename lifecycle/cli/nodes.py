@@ -63,7 +63,8 @@ def show(name: str, as_json: bool = JsonOpt) -> None:
     data = _summary(rec) | {"spec": rec.spec, "acceptance": [
         {"id": a.id, "passed": a.passed, "level": a.level, "profile": a.profile,
          "created_at": a.created_at.isoformat(), "expires_at": a.expires_at.isoformat(),
-         "accepted_by": a.accepted_by} for a in acc[:1]]}
+         "accepted_by": a.accepted_by, "evidence_dir": a.evidence_dir, "evidence_sha256": a.evidence_sha256,
+         "waivers": a.summary.get("waivers", [])} for a in acc[:1]]}
     if as_json:
         emit_json(data)
         return
@@ -78,6 +79,10 @@ def show(name: str, as_json: bool = JsonOpt) -> None:
         a = acc[0]
         out_console.print(f"acceptance {a.id}: {'PASS' if a.passed else 'FAIL'} ({a.level}, {a.profile}) "
                           f"expires {a.expires_at:%Y-%m-%d}")
+        if a.evidence_sha256:
+            out_console.print(f"evidence {a.evidence_dir} (manifest sha256 {a.evidence_sha256})", markup=False)
+        for w in a.summary.get("waivers", []):
+            out_console.print(f"waived {w.get('check')} by {w.get('by')}: {w.get('reason')}", markup=False)
     else:
         out_console.print("acceptance: none")
 

@@ -319,6 +319,14 @@ class Store:
         with self.engine.connect() as conn:
             return [self._acc(r) for r in conn.execute(q)]
 
+    def evidence_digests(self, evidence_dir: str) -> list[str]:
+        """The manifest digests recorded with the acceptance records whose bundle is ``evidence_dir``."""
+        q = (sa.select(db.acceptance_records.c.evidence_sha256).distinct()
+             .where(db.acceptance_records.c.evidence_dir == evidence_dir)
+             .where(db.acceptance_records.c.evidence_sha256.is_not(None)))
+        with self.engine.connect() as conn:
+            return sorted(str(r[0]) for r in conn.execute(q))
+
     def valid_acceptance(self, node: str, at: datetime | None = None) -> AcceptanceRecord | None:
         """The newest passing, unexpired record, or None (fail closed)."""
         when = at or _now()

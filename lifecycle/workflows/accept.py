@@ -33,6 +33,7 @@ from acceptance.isolation import Isolation
 from acceptance.judge import GroupRun, NodeInput, Request, judge_group, judge_rack
 from acceptance.multinode import LaunchRecord, Srun, run_stage
 from acceptance.reports import ReportInput, write_reports
+from acceptance.signing import ControllerKey
 from acceptance.topology import Placement
 from burnin import profiles as burnin_profiles
 from burnin.result import load_result
@@ -41,6 +42,7 @@ from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.model.inventory import Pool
 from lifecycle.model.states import Actor
 from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
+from lifecycle.store.db import default_home
 from lifecycle.workflows.node_ops import current_run_id
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
@@ -288,8 +290,9 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
                       policy=f"racklife accept ({cfg.operator})")
     evidence_dir = Path(cfg.work_dir) / "evidence"
     node_dirs = {n: Path(c["local_dir"]) for n, c in collected.items() if c["local_dir"]}
+    signer = ControllerKey(default_home()).load(create=True)
     digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta, isolation=isolation,
-                          extra_rack_data={"multi_node_stage": _stage_summary(mn or {})})
+                          extra_rack_data={"multi_node_stage": _stage_summary(mn or {})}, signer=signer)
     write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, isolation=isolation,
                                                     evidence_digest=digest))
     verdicts = []
@@ -306,7 +309,7 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], set
             store.add_acceptance_record(AcceptanceRecord(
                 rec_id, j.node, j.passed, cfg.level, j.profile, now,
                 now + timedelta(days=pool.acceptance_validity_days), cfg.operator, run_id, summary,
-                str(evidence_dir), digest))
+                str(evidence_dir.resolve()), digest))
         verdicts.append(asdict(NodeVerdict(j.node, j.passed, "", j.reasons(), rec_id)))
     return verdicts
 

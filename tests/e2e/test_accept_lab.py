@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
+from acceptance.evidence import seal
 from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.drivers.slurm.runner import CommandRunner
 from tests.acceptance.test_reports import CHROMIUM_FLAGS, _Page
@@ -138,10 +139,22 @@ def test_evidence_verifies_then_detects_tampering(lab: RunningLab, accepted: dic
     assert record_id.startswith(str(accepted["run_id"]))
     ok = lab.racklife("evidence", "verify", str(run_dir))
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "anchor store: ok" in ok.stdout and "anchor signature: ok" in ok.stdout, ok.stdout
+    assert shown["acceptance"][0]["evidence_sha256"] in ok.stdout
     victim = next(p for p in sorted(run_dir.rglob("result.json")))
     victim.write_text(victim.read_text().replace('"fail"', '"pass"').replace('"error"', '"pass"') + " ")
     bad = lab.racklife("evidence", "verify", str(run_dir))
     assert bad.returncode == 1 and victim.name in bad.stdout + bad.stderr
+    # the forger re-hashes the manifest: the bundle agrees with itself, but not with the store or the signature
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    seal(run_dir, created_at=manifest["created_at"], operator=manifest["operator"])
+    resealed = lab.racklife("evidence", "verify", str(run_dir), "--json")
+    assert resealed.returncode == 1, resealed.stdout
+    doc = json.loads(resealed.stdout)
+    assert doc["consistent"] is True and doc["ok"] is False
+    assert {a["kind"]: a["ok"] for a in doc["anchors"]} == {"store": False, "signature": False}
+    key = lab.racklife("evidence", "key")
+    assert key.returncode == 0 and key.stdout.startswith("-----BEGIN PUBLIC KEY-----")
 
 
 def test_join_gate_follows_acceptance(lab: RunningLab, accepted: dict[str, object]) -> None:
