@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.cli._common import BAD_INPUT, FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
@@ -60,33 +60,37 @@ def accept_cmd(
                 fail(f"unknown node(s): {', '.join(unknown) or '(none given)'}", BAD_INPUT)
     finally:
         store.close()
-    from lifecycle.workflows import accept, engine, registry
+    from lifecycle.workflows import accept
+    from lifecycle.workflows.controller import Controller
 
-    registry.launch(role="accept")
-    try:
-        from dbos import DBOS
-
-        wid = f"accept-{os.urandom(6).hex()}"
-        work = default_home() / "acceptance" / wid
-        settings: dict[str, Any] = {
-            "level": level, "work_dir": str(work), "report_dir": str(report_dir or work / "reports"),
-            "operator": operator or getpass.getuser(), "ssh_config": str(ssh_config.resolve()),
-            "profile": profile, "burnin_python": burnin_python, "max_in_flight": max_in_flight,
-            "timeout_s": timeout, "multi_node": multi_node, "nccl_binary": nccl_tests,
-            "multi_node_timeout_s": multi_node_timeout, "multi_node_max_parallel": max_parallel,
-        }
-        with engine.with_id(wid):
-            handle = DBOS.start_workflow(accept.accept_nodes, names, settings)
-        err_console.print(f"accepting {len(names)} node(s) at level {level} as run {wid}; "
-                          f"reports in {settings['report_dir']}")
+    wid = f"accept-{os.urandom(6).hex()}"
+    work = default_home() / "acceptance" / wid
+    cfg = accept.AcceptSettings(
+        level=level, work_dir=str(work), report_dir=str(report_dir or work / "reports"),
+        operator=operator or getpass.getuser(), ssh_config=str(ssh_config.resolve()), profile=profile,
+        burnin_python=burnin_python, max_in_flight=max_in_flight, timeout_s=timeout, multi_node=multi_node,
+        nccl_binary=nccl_tests, multi_node_timeout_s=multi_node_timeout, multi_node_max_parallel=max_parallel)
+    with Controller("accept", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        same = [r for r in ctl.cut_off("accept_nodes") if r.args and set(r.args[0]) == set(names)]
+        if same:
+            # The same request, cut off earlier: finish that run rather than start a second one.
+            wid = same[0].run_id
+            cfg = same[0].args[1]
+            handle = ctl.handle(wid)
+            err_console.print(f"resuming acceptance run {wid}, cut off earlier, with the settings it started "
+                              f"with; reports in {cfg.report_dir}", markup=False)
+        else:
+            handle = ctl.start(accept.accept_nodes, names, cfg, workflow_id=wid, nodes=names)
+            err_console.print(f"accepting {len(names)} node(s) at level {level} as run {wid}; "
+                              f"reports in {cfg.report_dir}", markup=False)
         verdicts: list[dict[str, Any]] = handle.get_result()
-    finally:
-        engine.shutdown()
     if as_json:
-        emit_json({"run_id": wid, "report_dir": settings["report_dir"], "nodes": verdicts})
+        emit_json({"run_id": wid, "report_dir": cfg.report_dir, "nodes": verdicts})
     else:
         emit_table(f"acceptance {wid}", ["node", "verdict", "state", "why"],
-                   [(v["node"], "PASS" if v["passed"] else "FAIL", v["state"], "; ".join(v["reasons"])[:200])
-                    for v in verdicts])
+                   [(v["node"], "REFUSED" if v.get("refused_by") else "PASS" if v["passed"] else "FAIL",
+                     v["state"], "; ".join(v["reasons"])[:200]) for v in verdicts])
+    if any(v.get("refused_by") for v in verdicts):
+        raise typer.Exit(REFUSED)
     if not all(v["passed"] for v in verdicts):
         raise typer.Exit(FAILED)

@@ -44,9 +44,10 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
                   boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
     """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
     from lifecycle.drivers.boot.server import BootServer
-    from lifecycle.workflows import engine, provision, registry
+    from lifecycle.workflows import provision
     from lifecycle.workflows.boot_images import published_images
     from lifecycle.workflows.boot_service import StoreBootBackend
+    from lifecycle.workflows.controller import Controller
 
     host, port = _split(boot_listen)
     store = Store()
@@ -62,29 +63,24 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
         fail(f"image '{image}' is not built (have: {', '.join(sorted(images))})", BAD_INPUT)
     settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
                                            boot_timeout_s=boot_timeout).to_json()
-    inspector = engine.Inspector()
-    try:
-        pending = [r for r in inspector.list_runs(status="PENDING", name="provision_many")
-                   if r.executor == f"{engine.executor_id()}/provision"]
-    finally:
-        inspector.close()
     server.start()
     try:
-        registry.launch(role="provision")  # recovers this controller's unfinished provisioning runs
-        provision.register_provision_queue(max_in_flight)
-        if pending:
-            # A provisioning run of this controller was cut off: finish it before anything new.
-            handle = engine.retrieve(pending[0].id)
-            err_console.print(f"resuming provisioning run {pending[0].id}, cut off earlier; its nodes and "
-                              f"settings are the ones it started with; boot server {server.url}")
-        else:
-            handle = engine.start(provision.provision_many, names, image, settings)
-            err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
-                              f"(max {max_in_flight} in flight); boot server {server.url}")
-        result: list[dict[str, Any]] = handle.get_result()
+        with Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
+            provision.register_provision_queue(max_in_flight)
+            cut_off = ctl.cut_off("provision_many")
+            if cut_off:
+                # A provisioning run of a controller that died: finish it before anything new.
+                handle = ctl.handle(cut_off[0].run_id)
+                err_console.print(f"resuming provisioning run {cut_off[0].run_id}, cut off earlier; its nodes "
+                                  f"and settings are the ones it started with; boot server {server.url}",
+                                  markup=False)
+            else:
+                handle = ctl.start(provision.provision_many, names, image, settings, nodes=names)
+                err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
+                                  f"(max {max_in_flight} in flight); boot server {server.url}", markup=False)
+            result: list[dict[str, Any]] = handle.get_result()
         return result
     finally:
-        engine.shutdown()
         server.stop()
         store.close()
 

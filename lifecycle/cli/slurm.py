@@ -17,6 +17,7 @@ from lifecycle.cli._common import (
     JsonOpt,
     emit_json,
     emit_table,
+    err_console,
     fail,
     out_console,
 )
@@ -125,7 +126,8 @@ def status(
 
 def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
     from lifecycle.store import NodeNotFound, Store
-    from lifecycle.workflows import engine, registry, slurm_pool
+    from lifecycle.workflows import slurm_pool
+    from lifecycle.workflows.controller import Controller
 
     store = Store()
     try:
@@ -135,13 +137,10 @@ def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[
         fail(str(exc))
     finally:
         store.close()
-    registry.launch(role="slurm")
-    try:
+    with Controller("slurm", say=lambda m: err_console.print(m, markup=False)) as ctl:
         func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
-        handles = [engine.start(func, n, *args) for n in dict.fromkeys(nodes)]
+        handles = [ctl.start(func, n, *args, nodes=[n]) for n in dict.fromkeys(nodes)]
         return [h.get_result() for h in handles]
-    finally:
-        engine.shutdown()
 
 
 def _print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:

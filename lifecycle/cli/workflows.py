@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, fail, out_console
 
 if TYPE_CHECKING:
     from lifecycle.workflows import engine
@@ -92,11 +92,9 @@ def resume(run_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> 
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
     finally:
         insp.close()
-    from lifecycle.workflows import engine, registry
+    from lifecycle.workflows.controller import Controller
 
-    registry.launch(role="resume")
-    try:
-        result = engine.resume(run_id, wait=wait)
-    finally:
-        engine.shutdown()
+    with Controller("resume", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        handle = ctl.resume(run_id)
+        result = handle.get_result() if wait else None
     out_console.print(f"resumed {run_id}" + (f": {result}" if wait else ""))

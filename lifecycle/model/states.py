@@ -129,6 +129,23 @@ TRANSITIONS: dict[tuple[State, str], Rule] = {(r.source, r.event): r for r in RU
 EVENTS: tuple[str, ...] = tuple(dict.fromkeys(r.event for r in RULES))
 TERMINAL: frozenset[State] = frozenset({S.DECOMMISSIONED})
 
+# A run that died and cannot be recovered leaves its nodes in a "-ing" state that no
+# one will finish. This is the move that puts each such node where the state machine
+# says a failed attempt lands: the verb's failed state, or back where it came from.
+# A state absent here (repairing: hands on hardware) is left for an operator.
+ABANDON: dict[State, str] = {
+    S.INSPECTING: "inspect_fail",
+    S.PROVISIONING: "provision_fail",
+    S.BURNING_IN: "quarantine",
+    S.JOINING: "join_fail",
+    S.DRAINING: "drain_abort",
+    S.LENDING: "lend_fail",
+    S.RECLAIMING: "reclaim_fail",
+    S.REPROVISIONING: "reprovision_fail",
+    S.UPGRADING: "upgrade_fail",
+    S.DECOMMISSIONING: "decommission_fail",
+}
+
 
 class IllegalTransition(Exception):
     """The request is not allowed from the node's current state or by this actor."""

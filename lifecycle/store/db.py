@@ -110,6 +110,31 @@ effects = sa.Table(
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
 )
 
+# One run per node: the workflow run that holds a node. Taken by a step of the run,
+# released when the run ends (or by any controller once the run is terminal).
+leases = sa.Table(
+    "racklife_leases",
+    metadata,
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), primary_key=True),
+    sa.Column("run_id", sa.String(128), nullable=False, index=True),
+    sa.Column("workflow", sa.String(64), nullable=False),
+    sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# Every process that runs workflows, with a heartbeat: a silent one's pending runs are
+# recovered by another. Same host: the pid (and its start time) says at once.
+executors = sa.Table(
+    "racklife_executors",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("role", sa.String(100), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("pid_start", sa.String(32), nullable=True),  # /proc/PID/stat starttime: pids are reused
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
+)
+
 
 def default_home() -> Path:
     return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))

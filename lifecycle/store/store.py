@@ -212,6 +212,15 @@ class Store:
                 for r in conn.execute(q)
             ]
 
+    def last_moved_by(self, run_id: str) -> list[NodeRecord]:
+        """The nodes whose latest transition was made by ``run_id``."""
+        t = db.transitions
+        latest = sa.select(t.c.node, sa.func.max(t.c.id).label("id")).group_by(t.c.node).subquery()
+        q = (sa.select(db.nodes).join(latest, latest.c.node == db.nodes.c.name)
+             .join(t, t.c.id == latest.c.id).where(t.c.run_id == run_id).order_by(db.nodes.c.name))
+        with self.engine.connect() as conn:
+            return [self._record(r) for r in conn.execute(q)]
+
     # ------------------------------------------------------------ state
 
     def transition(self, name: str, event: str, actor: Actor, reason: str,

@@ -43,6 +43,7 @@ from lifecycle.model.inventory import Pool
 from lifecycle.model.states import Actor
 from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
 from lifecycle.store.db import default_home
+from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
@@ -75,14 +76,14 @@ class NodeVerdict:
     reasons: list[str] = field(default_factory=list)
     record: str | None = None
     slurm_drain: str | None = None
+    refused_by: str | None = None  # the message naming the run that holds the node
 
 
 @DBOS.step()
-def burn_in(nodes: list[str], settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def burn_in(nodes: list[str], cfg: AcceptSettings) -> dict[str, dict[str, Any]]:
     """Run burn-in on every node (bounded, per-node timeout); return where each result landed."""
     from acceptance.ssh_fabric import FabricSSH  # fabric and paramiko: only when SSH is used
 
-    cfg = AcceptSettings(**settings)
     store = shared_store()
     skus = {n: store.get(n).sku for n in nodes}
     transport = FabricSSH(Path(cfg.ssh_config))
@@ -147,9 +148,8 @@ def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
 
 
 @DBOS.step()
-def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: AcceptSettings) -> dict[str, Any]:
     """All_reduce across nodes through Slurm for the nodes that passed burn-in; isolate slow ones."""
-    cfg = AcceptSettings(**settings)
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
     single = judge_rack(node_inputs(nodes, collected, recs, current_run_id(), cfg.level)).by_node()
@@ -274,10 +274,9 @@ def _multi_node_runs(mn: dict[str, Any]) -> tuple[list[GroupRun], dict[str, str]
 
 
 @DBOS.step()
-def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], settings: dict[str, Any],
+def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: AcceptSettings,
                      started_at: str, mn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Judge the rack, write evidence and reports, and store one acceptance record per node."""
-    cfg = AcceptSettings(**settings)
     run_id = current_run_id()
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
@@ -338,7 +337,7 @@ def quarantine_in_slurm(node: str, reason: str) -> str:
 
 
 @DBOS.step()
-def begin_burn_in(nodes: list[str], level: str) -> tuple[list[str], list[dict[str, Any]]]:
+def begin_burn_in(nodes: list[str], level: str, operator: str) -> tuple[list[str], list[dict[str, Any]]]:
     """Move every ready node to ``burning_in`` in one step; return the nodes to test and the skipped.
 
     One step for the rack rather than two per node (read, move): each step is a commit of its
@@ -351,7 +350,8 @@ def begin_burn_in(nodes: list[str], level: str) -> tuple[list[str], list[dict[st
     for n in nodes:
         state = store.get(n).state.value
         if state in READY_FOR_BURN_IN:
-            store.transition(n, "burn_in", Actor.WORKFLOW, f"acceptance at level {level}", run_id=current_run_id())
+            store.transition(n, "burn_in", Actor.WORKFLOW, f"acceptance at level {level}, asked by {operator}",
+                             run_id=current_run_id())
             testing.append(n)
         elif state == "burning_in":
             testing.append(n)
@@ -362,7 +362,7 @@ def begin_burn_in(nodes: list[str], level: str) -> tuple[list[str], list[dict[st
 
 
 @DBOS.step()
-def gate_nodes(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gate_nodes(verdicts: list[dict[str, Any]], operator: str) -> list[dict[str, Any]]:
     """Accept the nodes that passed and quarantine the rest, in one step; say which to drain in Slurm.
 
     Replay-safe: the store returns this run's recorded transition when the node already made it.
@@ -373,7 +373,8 @@ def gate_nodes(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for v in verdicts:
         v = dict(v)
         if v["passed"]:
-            t = store.transition(v["node"], "accept", Actor.WORKFLOW, f"passed acceptance (record {v['record']})",
+            t = store.transition(v["node"], "accept", Actor.WORKFLOW,
+                                 f"passed acceptance (record {v['record']}), asked by {operator}",
                                  run_id=current_run_id())
             v["drain"] = False
         else:
@@ -389,14 +390,27 @@ def gate_nodes(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @DBOS.workflow()
-def accept_nodes(nodes: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
+def accept_nodes(nodes: list[str], cfg: AcceptSettings) -> list[dict[str, Any]]:
+    """Accept ``nodes`` as one run that holds them all (one run per node) from start to end."""
+    held = take_leases(nodes, "accept_nodes")
+    if held:  # nothing touched: say who holds what
+        return [asdict(NodeVerdict(n, False, "", [held[n]] if n in held else
+                                   ["not started: other nodes of the request are held by another run"],
+                                   refused_by=held.get(n))) for n in nodes]
+    try:
+        return _accept(nodes, cfg)
+    finally:
+        release_leases()
+
+
+def _accept(nodes: list[str], cfg: AcceptSettings) -> list[dict[str, Any]]:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    testing, skipped = begin_burn_in(nodes, settings["level"])
+    testing, skipped = begin_burn_in(nodes, cfg.level, cfg.operator)
     if not testing:
         return skipped
-    collected = burn_in(testing, settings)
-    mn = multi_node(testing, collected, settings) if settings.get("multi_node", True) else None
-    verdicts = gate_nodes(judge_and_record(testing, collected, settings, started_at, mn))
+    collected = burn_in(testing, cfg)
+    mn = multi_node(testing, collected, cfg) if cfg.multi_node else None
+    verdicts = gate_nodes(judge_and_record(testing, collected, cfg, started_at, mn), cfg.operator)
     for v in verdicts:
         if v.pop("drain"):
             reason = "; ".join(v["reasons"]) or "failed acceptance"

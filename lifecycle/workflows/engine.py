@@ -10,13 +10,13 @@ step. What we design for (DBOS traits):
   controller only recovers workflows of its own version. ``APP_VERSION`` is
   pinned and bumped deliberately; a changed step inside a released workflow
   uses ``DBOS.patch`` instead of a bump.
-* Each controller has a stable ``executor_id`` (``RACKLIFE_EXECUTOR_ID``, else
-  the host name) so it recovers exactly its own pending workflows. racklife's
-  commands are short-lived processes, so the id also names the command's role
-  (``HOST/provision``, ``HOST/accept``, …): ``racklife provision`` started
-  after a crash recovers and finishes the provisioning runs that crash cut
-  off, and nothing else; a command that only looks (``workflows list``) does
-  not launch DBOS at all (:class:`Inspector`).
+* Each process has its own ``executor_id`` (``HOST/ROLE/UNIQUE``, HOST from
+  ``RACKLIFE_EXECUTOR_ID`` else the host name), set by
+  :class:`lifecycle.workflows.controller.Controller`, which recovers the pending
+  runs of dead processes of its role (``racklife provision`` started after a
+  crash finishes the provisioning runs that crash cut off, and nothing else);
+  a command that only looks (``workflows list``) does not launch DBOS at all
+  (:class:`Inspector`).
 * Queues are registered after launch (``register_queue``).
 """
 
@@ -35,9 +35,10 @@ from lifecycle.store import db
 
 # 0.2: provisioning journals one step per phase (begin, inspect, boot attempt, verify)
 # instead of one per BMC call. 0.3: the phone-home wait is a step that reads the stored
-# report (await_phone_home) instead of DBOS.recv. Runs started under an older version
-# are not replayed by this code.
-APP_VERSION = "racklife-0.3"
+# report (await_phone_home) instead of DBOS.recv. 0.4: runs take their nodes' leases as a
+# step (one run per node) and acceptance takes typed settings. Runs started under an older
+# version are not replayed by this code: a controller marks them failed (leasing.sweep).
+APP_VERSION = "racklife-0.4"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None

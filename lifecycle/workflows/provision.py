@@ -34,6 +34,7 @@ from lifecycle.model.states import Actor, State
 from lifecycle.store import Store, shared_store
 from lifecycle.store import boot as boot_store
 from lifecycle.workflows.engine import step_token
+from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id, transition
 
 log = logging.getLogger(__name__)
@@ -319,7 +320,17 @@ def _verify(report: dict[str, Any], spec: Node, image: BootImage) -> list[str]:
 
 @DBOS.workflow()
 def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) -> dict[str, Any]:
-    cfg = ProvisionSettings(**settings)
+    """Provision one node as a run that holds it (one run per node) from start to end."""
+    held = take_leases([node], "provision_node")
+    if held:
+        return asdict(Outcome(node, False, "", held[node]))
+    try:
+        return _provision(node, image_name, ProvisionSettings(**settings))
+    finally:
+        release_leases()
+
+
+def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dict[str, Any]:
     out = Outcome(node, False, "")
     run = current_run_id()
     try:

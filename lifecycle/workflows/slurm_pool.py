@@ -16,6 +16,7 @@ requeued or cancelled, no transition recorded) and the outcome is a refusal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from lifecycle.drivers.slurm.leave import leave as slurm_leave
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
 from lifecycle.store import shared_store
+from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 
 
@@ -85,6 +87,27 @@ def drain_and_empty(node: str, policy: str, deadline_s: float, reason: str) -> d
 
 @DBOS.workflow()
 def join_node(node: str) -> dict[str, Any]:
+    """Join one node as a run that holds it (one run per node)."""
+    return _leased(node, "join_node", lambda: _join(node))
+
+
+@DBOS.workflow()
+def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str) -> dict[str, Any]:
+    """Drain one node out of Slurm as a run that holds it (one run per node)."""
+    return _leased(node, "leave_node", lambda: _leave(node, policy, deadline_s, why))
+
+
+def _leased(node: str, workflow: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    held = take_leases([node], workflow)
+    if held:
+        return asdict(PoolOutcome(node, False, node_state(node), held[node]))
+    try:
+        return body()
+    finally:
+        release_leases()
+
+
+def _join(node: str) -> dict[str, Any]:
     out = PoolOutcome(node, False, node_state(node))
     pool_name, pool = _pool_of(node)
     if pool.scheduler != "slurm" or not pool.partition:
@@ -130,8 +153,7 @@ def join_node(node: str) -> dict[str, Any]:
     return asdict(out)
 
 
-@DBOS.workflow()
-def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str) -> dict[str, Any]:
+def _leave(node: str, policy: str | None, deadline_s: float | None, why: str) -> dict[str, Any]:
     out = PoolOutcome(node, False, node_state(node))
     pool_name, pool = _pool_of(node)
     if pool.scheduler != "slurm":

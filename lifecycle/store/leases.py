@@ -1,0 +1,154 @@
+"""One run per node: leases on nodes, and the executors (processes) that run workflows.
+
+Two runs acting on one node at once is how a killed `racklife accept` and its
+retry burned in the same nodes side by side. A run takes a lease on each of
+its nodes as a step, all or nothing, before it touches them; a node held by a
+run that is still live refuses the next run, naming the holder. Whether a
+holder is live is the workflow engine's knowledge, not the store's: callers
+pass the holders they found dead (terminal runs), and only those leases are
+taken over.
+
+The executors table is the other half: each process that runs workflows
+records its host, pid and a heartbeat, so a later process can tell a dead
+one's pending runs (to recover them) from a live one's (to leave alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from lifecycle.store import db
+from lifecycle.store.store import NodeNotFound, Store
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(v: datetime) -> datetime:
+    return v if v.tzinfo else v.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Lease:
+    node: str
+    run_id: str
+    workflow: str
+    taken_at: datetime
+
+
+@dataclass(frozen=True)
+class LeaseOutcome:
+    """What a take did: every node held by the run, or nothing and who holds what."""
+
+    taken: tuple[str, ...]
+    held: dict[str, Lease]  # node -> the live lease in the way (empty when taken)
+
+    @property
+    def ok(self) -> bool:
+        return not self.held
+
+
+def _lease(r: sa.Row[tuple[str, str, str, datetime]]) -> Lease:
+    return Lease(r.node, r.run_id, r.workflow, _aware(r.taken_at))
+
+
+def holders(store: Store, nodes: Collection[str] | None = None) -> dict[str, Lease]:
+    """The lease on each node that has one (every lease when ``nodes`` is None)."""
+    q = sa.select(db.leases)
+    if nodes is not None:
+        q = q.where(db.leases.c.node.in_(list(nodes)))
+    with store.engine.connect() as conn:
+        return {r.node: _lease(r) for r in conn.execute(q)}
+
+
+def take(store: Store, nodes: Sequence[str], run_id: str, workflow: str,
+         replaceable: Collection[str] = ()) -> LeaseOutcome:
+    """Lease every node to ``run_id``, or none of them.
+
+    A node already leased to ``run_id`` counts as taken (a step re-run after a
+    crash). A lease held by a run in ``replaceable`` (one the caller found
+    terminal) is taken over; any other holder refuses the whole take.
+    """
+    now = _now()
+    with store.engine.begin() as conn:
+        known = {r.name for r in conn.execute(sa.select(db.nodes.c.name).where(db.nodes.c.name.in_(list(nodes))))}
+        for n in nodes:
+            if n not in known:
+                raise NodeNotFound(n)
+        current = {r.node: _lease(r) for r in conn.execute(
+            sa.select(db.leases).where(db.leases.c.node.in_(list(nodes))))}
+        held = {n: le for n, le in current.items() if le.run_id != run_id and le.run_id not in replaceable}
+        if held:
+            return LeaseOutcome((), held)
+        for n in dict.fromkeys(nodes):
+            lease = current.get(n)
+            if lease is None:
+                conn.execute(sa.insert(db.leases).values(node=n, run_id=run_id, workflow=workflow, taken_at=now))
+            elif lease.run_id != run_id:
+                # Guarded by the old holder: a concurrent take of the same node loses here.
+                res = conn.execute(sa.update(db.leases)
+                                   .where(db.leases.c.node == n, db.leases.c.run_id == lease.run_id)
+                                   .values(run_id=run_id, workflow=workflow, taken_at=now))
+                if res.rowcount != 1:
+                    raise RuntimeError(f"lease on {n} changed hands concurrently")
+    return LeaseOutcome(tuple(dict.fromkeys(nodes)), {})
+
+
+def release(store: Store, run_id: str, nodes: Collection[str] | None = None) -> list[str]:
+    """Release the run's leases (on ``nodes`` only, if given); return the nodes released."""
+    cond = [db.leases.c.run_id == run_id]
+    if nodes is not None:
+        cond.append(db.leases.c.node.in_(list(nodes)))
+    with store.engine.begin() as conn:
+        released = [r.node for r in conn.execute(sa.select(db.leases.c.node).where(*cond))]
+        conn.execute(sa.delete(db.leases).where(*cond))
+    return sorted(released)
+
+
+def leased_to(store: Store, run_id: str) -> list[str]:
+    with store.engine.connect() as conn:
+        return sorted(r.node for r in conn.execute(sa.select(db.leases.c.node).where(db.leases.c.run_id == run_id)))
+
+
+# ---------------------------------------------------------------- executors
+
+
+@dataclass(frozen=True)
+class Executor:
+    id: str
+    host: str
+    role: str
+    pid: int
+    pid_start: str | None
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+def register_executor(store: Store, ex: Executor) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(sa.delete(db.executors).where(db.executors.c.id == ex.id))
+        conn.execute(sa.insert(db.executors).values(
+            id=ex.id, host=ex.host, role=ex.role, pid=ex.pid, pid_start=ex.pid_start,
+            started_at=ex.started_at, heartbeat_at=ex.heartbeat_at))
+
+
+def heartbeat(store: Store, executor_id: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(db.executors).where(db.executors.c.id == executor_id).values(heartbeat_at=_now()))
+
+
+def retire_executor(store: Store, executor_id: str) -> None:
+    """A process that ends cleanly leaves no row: nothing of it to recover."""
+    with store.engine.begin() as conn:
+        conn.execute(sa.delete(db.executors).where(db.executors.c.id == executor_id))
+
+
+def executors(store: Store) -> list[Executor]:
+    with store.engine.connect() as conn:
+        return [Executor(r.id, r.host, r.role, r.pid, r.pid_start, _aware(r.started_at), _aware(r.heartbeat_at))
+                for r in conn.execute(sa.select(db.executors))]

@@ -1,0 +1,215 @@
+"""The one way a front end runs workflows: launch, recover, start, await, shut down.
+
+Each CLI command used to launch DBOS its own way and shut it down when its own
+run returned. DBOS had meanwhile recovered the command's earlier, killed run in
+the background on the same nodes, and the shutdown pulled the engine from
+under it ("System database accessed before DBOS was launched", that run left
+PENDING for ever). :class:`Controller` is the one helper:
+
+* each process gets its own executor id (``HOST/ROLE/UNIQUE``) and a row with
+  its pid and a heartbeat in the store, so a later process can tell a dead
+  process's pending runs from a live one's (same host: the pid says at once;
+  another host: a heartbeat older than ``HEARTBEAT_TIMEOUT_S``);
+* on entry it recovers the pending runs of dead executors of its role, sweeps
+  the runs no one can replay (:func:`leasing.sweep`) and releases terminal
+  runs' leases;
+* :meth:`Controller.start` waits for a recovered run holding any of the new
+  run's nodes before starting it, so two runs never race for a node in one
+  process (across processes the lease step refuses instead);
+* on exit it awaits every run it started or recovered, then shuts DBOS down.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from dbos import DBOS
+
+from lifecycle.store import leases, shared_store
+from lifecycle.workflows import engine, leasing, registry
+
+HEARTBEAT_S = 5.0
+HEARTBEAT_TIMEOUT_S = 30.0
+
+
+def pid_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    return stat.rpartition(")")[2].split()[19]
+
+
+def executor_alive(ex: leases.Executor, host: str, now: datetime) -> bool:
+    if ex.host == host:
+        return pid_start(ex.pid) == ex.pid_start
+    return now - ex.heartbeat_at < timedelta(seconds=HEARTBEAT_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A run of a dead process of this role, now running here."""
+
+    run_id: str
+    workflow: str
+    args: tuple[Any, ...]
+    nodes: frozenset[str]  # the nodes it holds (its leases), when it has taken them
+
+
+class Controller:
+    """Context manager around the workflow engine for one command (or service) of ``role``."""
+
+    def __init__(self, role: str, url: str | None = None, say: Callable[[str], None] = lambda _m: None) -> None:
+        self.role = role
+        self.url = url
+        self.say = say
+        self.host = engine.executor_id()
+        self.executor_id = f"{self.host}/{role}/{uuid.uuid4().hex[:8]}"
+        self.recovered: list[Recovered] = []
+        self.sweep = leasing.Sweep()
+        self._handles: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Controller:
+        assert registry.MODULES  # every workflow is registered before launch
+        self.url = engine.launch(self.url, executor=self.executor_id)
+        try:
+            self.store = shared_store(self.url)
+            now = datetime.now(UTC)
+            leases.register_executor(self.store, leases.Executor(
+                self.executor_id, self.host, self.role, os.getpid(), pid_start(os.getpid()), now, now))
+            self._beat = threading.Thread(target=self._heartbeat, name="racklife-heartbeat", daemon=True)
+            self._beat.start()
+            self._recover()
+        except BaseException:
+            self._close(retire=False)
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None or issubclass(kind, Exception):
+            # Never shut the engine down under a run: await every run this process holds.
+            for run_id, handle in list(self._handles.items()):
+                try:
+                    handle.get_result()
+                except Exception as e:  # the run's own error is its outcome, recorded by DBOS
+                    self.say(f"run {run_id} ended with an error: {e}")
+        # Interrupted (^C, SystemExit): leave the runs PENDING; the next command of this role recovers them.
+        self._close(retire=kind is None or issubclass(kind, Exception))
+
+    def _close(self, retire: bool) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=HEARTBEAT_S + 1)
+        if retire and hasattr(self, "store"):
+            leases.retire_executor(self.store, self.executor_id)
+        engine.shutdown()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                leases.heartbeat(self.store, self.executor_id)
+            except Exception as e:  # a missed beat only makes this process look dead sooner
+                self.say(f"heartbeat not recorded: {e}")
+
+    # ------------------------------------------------------------ recovery
+
+    def _dead_executors(self) -> Callable[[str], bool]:
+        rows = {ex.id: ex for ex in leases.executors(self.store)}
+        now = datetime.now(UTC)
+
+        def dead(executor: str) -> bool:
+            if executor == self.executor_id:
+                return False
+            ex = rows.get(executor)
+            if ex is not None:
+                return not executor_alive(ex, self.host, now)
+            # No row: a process of an older racklife (HOST/ROLE), or one that ended cleanly.
+            return executor.split("/", 1)[0] == self.host
+        return dead
+
+    @staticmethod
+    def _role_of(executor: str, rows: dict[str, leases.Executor]) -> str:
+        ex = rows.get(executor)
+        return ex.role if ex is not None else executor.split("/", 1)[-1]
+
+    def _recover(self) -> None:
+        dead = self._dead_executors()
+        pending = DBOS.list_workflows(status=["PENDING", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"], load_output=False)
+        self.sweep = leasing.sweep(self.store, pending, dead)
+        for a in self.sweep.abandoned:
+            self.say(a.describe())
+        rows = {ex.id: ex for ex in leases.executors(self.store)}
+        mine = sorted({s.executor_id for s in pending
+                       if s.status == "PENDING" and s.app_version == engine.APP_VERSION and s.executor_id
+                       and dead(s.executor_id) and self._role_of(s.executor_id, rows) == self.role})
+        if not mine:
+            return
+        by_id = {s.workflow_id: s for s in pending}
+        for handle in DBOS._recover_pending_workflows(mine):
+            wid = handle.get_workflow_id()
+            s = by_id.get(wid)
+            if s is None:  # a child workflow started since the listing: its parent awaits it
+                continue
+            self._handles[wid] = handle
+            args = tuple(s.input["args"]) if s.input else ()
+            held = frozenset(leases.leased_to(self.store, wid))
+            self.recovered.append(Recovered(wid, s.name, args, held))
+            self.say(f"recovering run {wid} ({s.name}) of a process that is gone")
+        for ex_id in mine:
+            if ex_id in rows:
+                leases.retire_executor(self.store, ex_id)
+
+    def cut_off(self, workflow: str) -> list[Recovered]:
+        """Recovered runs of ``workflow`` (oldest first), e.g. to adopt one instead of starting anew."""
+        return [r for r in self.recovered if r.workflow.endswith(workflow)]
+
+    # ------------------------------------------------------------ runs
+
+    def start(self, func: Callable[..., Any], *args: Any, workflow_id: str | None = None,
+              nodes: Collection[str] = ()) -> Any:
+        """Start ``func(*args)`` as a workflow (with ``workflow_id`` if given); return its handle.
+
+        A run this process recovered that holds any of ``nodes`` is awaited first.
+        """
+        wanted = set(nodes)
+        for r in self.recovered:
+            if r.run_id in self._handles and (r.nodes & wanted or self._holds_any(r.run_id, wanted)):
+                self.say(f"waiting for run {r.run_id}, recovered here, which holds some of these nodes")
+                try:
+                    self._handles[r.run_id].get_result()
+                except Exception as e:
+                    self.say(f"run {r.run_id} ended with an error: {e}")
+        if workflow_id is not None:
+            with engine.with_id(workflow_id):
+                handle = DBOS.start_workflow(func, *args)
+        else:
+            handle = DBOS.start_workflow(func, *args)
+        self._handles[handle.get_workflow_id()] = handle
+        return handle
+
+    def _holds_any(self, run_id: str, nodes: set[str]) -> bool:
+        return bool(nodes & set(leases.leased_to(self.store, run_id)))
+
+    def handle(self, run_id: str) -> Any:
+        """The handle of a run this process started or recovered."""
+        return self._handles[run_id]
+
+    def resume(self, run_id: str) -> Any:
+        handle = DBOS.resume_workflow(run_id)
+        self._handles[run_id] = handle
+        return handle
