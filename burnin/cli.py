@@ -11,9 +11,11 @@ Exit codes: 0 every check passed; 1 a check failed or could not be run (error);
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -147,6 +149,24 @@ def run_node(
     return (OK if result.verdict == "pass" else FAILED), result
 
 
+@contextmanager
+def one_at_a_time(out: Path) -> Iterator[None]:
+    """Hold ``OUT.lock`` (beside the output directory) while a burn-in writes there.
+
+    A controller killed mid-burn-in leaves its burn-in running on the node; the
+    run, recovered elsewhere, starts the same burn-in into the same directory.
+    The second waits for the first instead of running beside it.
+    """
+    lock = out.with_name(out.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _print(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
@@ -175,8 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("profiles", help="list the shipped SKU profiles")
     args = ap.parse_args(argv)
     if args.cmd == "run":
-        code, res = run_node(args.profile, args.level, args.out, args.skip,
-                             args.expect_driver, args.expect_cuda, run_id=args.run_id, node=args.node)
+        with one_at_a_time(args.out):
+            code, res = run_node(args.profile, args.level, args.out, args.skip,
+                                 args.expect_driver, args.expect_cuda, run_id=args.run_id, node=args.node)
         if isinstance(res, str):
             print(f"error: {res}", file=sys.stderr)
             return code
