@@ -15,6 +15,7 @@ from lifecycle.cli import burnin as _burnin
 from lifecycle.cli import evidence as _evidence
 from lifecycle.cli import image as _image
 from lifecycle.cli import inventory as _inventory
+from lifecycle.cli import kube as _kube
 from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import provision as _provision
@@ -57,6 +58,7 @@ app.add_typer(_evidence.app, name="evidence")
 app.add_typer(_burnin.app, name="burnin")
 app.add_typer(_bmc.app, name="bmc")
 app.add_typer(_lab.app, name="lab")
+app.add_typer(_kube.app, name="kube")
 
 
 _lab.app.command("tour")(_tour.tour_cmd)
