@@ -60,6 +60,8 @@ def _json_test(raw: object, category: str) -> tuple[DcgmTest, bool]:
         res = status(r.get("status"))
         if _texts(r.get("errors")):
             res = "fail"  # an error recorded under a test fails it, whatever its status says
+        elif res == "pass" and _texts(r.get("warnings")):
+            res = "warn"  # DCGM warns only when something is wrong: a warned pass is not clean
         overall.append(res)
         warnings += _texts(r.get("errors"))
         warnings += _texts(r.get("warnings"))
