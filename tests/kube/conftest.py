@@ -1,4 +1,4 @@
-"""Fixtures for the Kubernetes driver tests: the kmock stand-in, a virtual clock, both drivers behind one scene."""
+"""Fixtures for the Kubernetes driver tests: the stand-in API, a virtual clock, both drivers behind one scene."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from lifecycle.drivers.kube.base import KubeDriver
 from lifecycle.drivers.kube.fake import FakeKubeDriver
 from lifecycle.drivers.kube.types import Taint
 from lifecycle.lab.kube import KubeStandIn
+from tests.kube.helpers import call, connect
+
+__all__ = ["call", "connect"]
 
 
 class VirtualClock:
@@ -94,7 +97,8 @@ def clock() -> VirtualClock:
 
 @pytest.fixture(scope="session")
 def _served() -> Iterator[KubeStandIn]:
-    with KubeStandIn() as api:
+    # The lab's kubelet stops a deleted pod at once: drains in virtual time see it gone on the next read.
+    with KubeStandIn(shutdown_s=0) as api:
         yield api
 
 

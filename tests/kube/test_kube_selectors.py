@@ -39,7 +39,8 @@ def test_label_selector_objects() -> None:
 
 
 def _pods(*phases: str) -> list[dict[str, object]]:
-    return [{"metadata": {"name": f"p{i}"}, "status": {"phase": p}} for i, p in enumerate(phases)]
+    return [{"metadata": {"name": f"p{i}"}, "status": {"phase": p, "conditions": [
+        {"type": "Ready", "status": "True" if p == "Running" else "False"}]}} for i, p in enumerate(phases)]
 
 
 @pytest.mark.parametrize(("spec", "phases", "allowed", "desired"), [
@@ -55,11 +56,25 @@ def test_budget_arithmetic(spec: dict[str, object], phases: tuple[str, ...], all
     assert (status.disruptions_allowed, status.desired_healthy) == (allowed, desired)
 
 
+@pytest.mark.parametrize(("spec", "scale", "allowed", "expected"), [
+    ({"maxUnavailable": 1}, 4, 0, 4),  # 3 healthy of 4 replicas: the one missing spends the budget
+    ({"maxUnavailable": 1}, 3, 1, 3),
+    ({"minAvailable": "50%"}, 6, 0, 6),  # 3 of 6 must stay
+    ({"minAvailable": 2}, 6, 1, 3),  # an integer minAvailable expects the selected pods, not the scale
+])
+def test_budget_expects_the_owners_scale(spec: dict[str, object], scale: int, allowed: int, expected: int) -> None:
+    status = sel.budget_status({"spec": spec}, _pods("Running", "Running", "Running"), scale)
+    assert (status.disruptions_allowed, status.expected_pods) == (allowed, expected)
+
+
 def test_unready_and_terminating_pods_are_not_healthy() -> None:
     unready = {"metadata": {}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}}
-    going = {"metadata": {"deletionTimestamp": "now"}, "status": {"phase": "Running"}}
+    going = {"metadata": {"deletionTimestamp": "now"}, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}]}}
+    unreported = {"metadata": {}, "status": {"phase": "Running"}}
     assert not sel.pod_is_healthy(unready)
     assert not sel.pod_is_healthy(going)
+    assert not sel.pod_is_healthy(unreported)  # no Ready condition is not Ready
 
 
 def test_merge_patch() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import http.client
-import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -12,21 +12,14 @@ import pytest
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.lab.kube import AdminError, KubeAdmin, KubeProcess, KubeStandIn
+from tests.kube.helpers import call
 
 
-def call(api: KubeStandIn, method: str, path: str, body: Any = None, content_type: str = "application/json",
-         token: str | None = "ours") -> tuple[int, Any, str]:
-    host, port = api.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    headers = {"Content-Type": content_type}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {api.token if token == 'ours' else token}"
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"null"), resp.getheader("Content-Type") or ""
-    finally:
-        conn.close()
+def wait_for(done: Callable[[], bool], seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, "the stand-in did not get there in time"
+        time.sleep(0.02)
 
 
 def names(api: KubeStandIn, path: str) -> set[str]:
@@ -74,9 +67,20 @@ def test_patch_types_and_optimistic_concurrency(stand_in: KubeStandIn) -> None:
     assert "kubernetes.io/os" not in body["metadata"]["labels"] and body["metadata"]["labels"]["x"] == "1"
     assert int(body["metadata"]["resourceVersion"]) > int(version)
 
+    # A stale resourceVersion is refused by every kind of write.
     stale = {"metadata": {"resourceVersion": version, "labels": {"y": "2"}}}
-    status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", stale, "application/merge-patch+json")
+    for media in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", stale, media)
+        assert (status, body["reason"]) == (409, "Conflict"), media
+    ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": version},
+           {"op": "add", "path": "/metadata/labels/y", "value": "2"}]
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", ops, "application/json-patch+json")
     assert (status, body["reason"]) == (409, "Conflict")
+    current = call(stand_in, "GET", "/api/v1/nodes/gpu-01")[1]
+    status, body, _ = call(stand_in, "PUT", "/api/v1/nodes/gpu-01", {**current, "metadata": {
+        **current["metadata"], "resourceVersion": version}})
+    assert (status, body["reason"]) == (409, "Conflict")
+    assert "y" not in call(stand_in, "GET", "/api/v1/nodes/gpu-01")[1]["metadata"]["labels"]
 
     ops = [{"op": "add", "path": "/spec/taints/-", "value": {"key": "k", "effect": "NoSchedule"}}]
     status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", ops, "application/json-patch+json")
@@ -84,11 +88,108 @@ def test_patch_types_and_optimistic_concurrency(stand_in: KubeStandIn) -> None:
     failing = [{"op": "test", "path": "/spec/unschedulable", "value": True}]
     status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", failing, "application/json-patch+json")
     assert (status, body["reason"]) == (422, "Invalid")
-
     status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", {}, "application/apply-patch+yaml")
-    assert status == 415
-    status, body, _ = call(stand_in, "PUT", "/api/v1/nodes/gpu-01", {"metadata": {"name": "gpu-01"}})
-    assert status == 405
+    assert status == 415 and "server-side apply" in body["message"]
+
+    # PUT with the current version replaces the object; a no-op write keeps the version.
+    current = call(stand_in, "GET", "/api/v1/nodes/gpu-01")[1]
+    current["metadata"]["labels"]["z"] = "3"
+    status, body, _ = call(stand_in, "PUT", "/api/v1/nodes/gpu-01", current)
+    assert status == 200 and body["metadata"]["labels"]["z"] == "3"
+    status, again, _ = call(stand_in, "PUT", "/api/v1/nodes/gpu-01", body)
+    assert again["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
+
+
+def test_strategic_merge_patch_merges_lists_by_their_key(stand_in: KubeStandIn) -> None:
+    stand_in.join("gpu-01")
+    stand_in.create_pod("a", "gpu-01")
+    patch = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/namespaces/default/pods/a/status", patch,
+                           "application/strategic-merge-patch+json")
+    assert status == 200
+    conditions = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+    assert conditions["Ready"] == "False" and conditions["PodScheduled"] == "True"  # merged by type, not replaced
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/namespaces/default/pods/a/status", patch,
+                           "application/merge-patch+json")
+    assert [c["type"] for c in body["status"]["conditions"]] == ["Ready"]  # a merge patch replaces the list
+
+
+def test_status_and_spec_are_written_apart(stand_in: KubeStandIn) -> None:
+    stand_in.join("gpu-01")
+    both = {"spec": {"unschedulable": True}, "status": {"capacity": {"nvidia.com/gpu": "2"}}}
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", both, "application/merge-patch+json")
+    assert status == 200 and body["spec"]["unschedulable"] is True
+    assert body["status"]["capacity"]["nvidia.com/gpu"] == "8"  # the main resource ignores status
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01/status",
+                           {"spec": {"unschedulable": False}, "status": {"capacity": {"nvidia.com/gpu": "2"}}},
+                           "application/merge-patch+json")
+    assert status == 200 and body["status"]["capacity"]["nvidia.com/gpu"] == "2"
+    assert body["spec"]["unschedulable"] is True  # the status subresource ignores spec
+
+
+@pytest.mark.parametrize(("patch", "field", "words"), [
+    ({"metadata": {"labels": {"bad key!": "x"}}}, "metadata.labels", "name part must consist of"),
+    ({"metadata": {"labels": {"ok": "no spaces allowed"}}}, "metadata.labels", "a valid label must be an empty"),
+    ({"metadata": {"labels": {"ok": "x" * 64}}}, "metadata.labels", "must be no more than 63 characters"),
+    ({"metadata": {"annotations": {"-bad/ok": "x"}}}, "metadata.annotations", "prefix part"),
+    ({"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}}, "spec.taints[0].effect",
+     'Unsupported value: "Sometimes"'),
+    ({"spec": {"taints": [{"key": "k"}]}}, "spec.taints[0].effect", "Required value"),
+    ({"spec": {"taints": [{"key": "k", "value": "a b", "effect": "NoSchedule"}]}}, "spec.taints[0].value",
+     "a valid label"),
+    ({"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}, {"key": "k", "effect": "NoSchedule"}]}},
+     "spec.taints[1]", "taints must be unique by key and effect pair"),
+])
+def test_invalid_writes_are_refused_with_the_field(stand_in: KubeStandIn, patch: dict[str, Any], field: str,
+                                                   words: str) -> None:
+    before = stand_in.join("gpu-01")
+    status, body, _ = call(stand_in, "PATCH", "/api/v1/nodes/gpu-01", patch, "application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert body["message"].startswith('Node "gpu-01" is invalid: ' + field)
+    assert [c["field"] for c in body["details"]["causes"]] == [field]
+    assert words in body["details"]["causes"][0]["message"]
+    after = call(stand_in, "GET", "/api/v1/nodes/gpu-01")[1]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]  # nothing changed
+
+
+def test_names_are_validated_per_kind(stand_in: KubeStandIn) -> None:
+    status, body, _ = call(stand_in, "POST", "/api/v1/nodes", {"metadata": {"name": "GPU_01"}})
+    assert (status, body["details"]["causes"][0]["field"]) == (422, "metadata.name")
+    assert "RFC 1123 subdomain" in body["message"]
+    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces", {"metadata": {"name": "a.b"}})
+    assert status == 422 and "RFC 1123 label" in body["message"]
+
+
+def test_unknown_fields_strict_warn_and_pruned(stand_in: KubeStandIn) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "gpu-01", "bogus": 1,
+                                               "containers": [{"name": "c", "image": "i", "imagee": "typo"}]}}
+    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods?fieldValidation=Strict", pod)
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == 'strict decoding error: unknown field "spec.bogus", unknown field ' \
+                              '"spec.containers[0].imagee"'
+    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods", pod)
+    assert status == 201 and "bogus" not in body["spec"] and "imagee" not in body["spec"]["containers"][0]
+
+
+def test_namespaces_exist_before_their_content_and_terminate(stand_in: KubeStandIn) -> None:
+    stand_in.join("gpu-01")
+    pod = {"metadata": {"name": "p"}, "spec": {"nodeName": "gpu-01", "containers": [{"name": "c", "image": "i"}]}}
+    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/team-a/pods", pod)
+    assert (status, body["reason"], body["message"]) == (404, "NotFound", 'namespaces "team-a" not found')
+    status, body, _ = call(stand_in, "GET", "/api/v1/namespaces/team-a")
+    assert status == 404
+    stand_in.ensure_namespace("team-a")
+    status, ns, _ = call(stand_in, "GET", "/api/v1/namespaces/team-a")
+    assert status == 200 and ns["status"]["phase"] == "Active" and ns["spec"]["finalizers"] == ["kubernetes"]
+    stand_in.create_pod("p", "gpu-01", namespace="team-a")
+    status, body, _ = call(stand_in, "DELETE", "/api/v1/namespaces/team-a")
+    assert status == 200 and body["status"]["phase"] == "Terminating"
+    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/team-a/pods", {**pod, "metadata": {"name": "q"}})
+    assert (status, body["reason"]) in {(403, "Forbidden"), (404, "NotFound")}
+    wait_for(lambda: call(stand_in, "GET", "/api/v1/namespaces/team-a")[0] == 404)
+    assert names(stand_in, "/api/v1/namespaces/team-a/pods") == set()
+    status, body, _ = call(stand_in, "DELETE", "/api/v1/namespaces/default")
+    assert (status, body["reason"]) == (403, "Forbidden")
 
 
 def test_create_conflicts_unknown_resources_and_auth(stand_in: KubeStandIn) -> None:
@@ -96,36 +197,46 @@ def test_create_conflicts_unknown_resources_and_auth(stand_in: KubeStandIn) -> N
     status, body, _ = call(stand_in, "POST", "/api/v1/nodes", {"metadata": {"name": "gpu-01"}})
     assert (status, body["reason"]) == (409, "AlreadyExists")
     status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods",
-                           {"metadata": {"generateName": "job-"}, "spec": {"nodeName": "gpu-01"}})
+                           {"metadata": {"generateName": "job-"}, "spec": {"nodeName": "gpu-01", "containers": [
+                               {"name": "c", "image": "i"}]}, "status": {"phase": "Succeeded"}})
     assert status == 201 and body["metadata"]["name"].startswith("job-")
-    assert body["status"]["phase"] == "Running"
+    assert body["status"]["phase"] == "Pending"  # a client's status is dropped; the kubelet reports it
+    wait_for(lambda: call(stand_in, "GET", f"/api/v1/namespaces/default/pods/{body['metadata']['name']}")[1]
+             ["status"]["phase"] == "Running")
     status, body, _ = call(stand_in, "GET", "/api/v1/nodes/gpu-99")
     assert (status, body["reason"]) == (404, "NotFound")
     status, body, _ = call(stand_in, "GET", "/apis/example.com/v1/widgets")
     assert status == 404
     assert call(stand_in, "GET", "/api/v1/nodes", token=None)[0] == 401
     assert call(stand_in, "GET", "/api/v1/nodes", token="stolen")[0] == 401
+    assert call(stand_in, "GET", "/version", token=None)[1]["gitVersion"].startswith("v1.32.")
 
 
-def test_budget_status_and_eviction_answers(stand_in: KubeStandIn) -> None:
+def test_graceful_deletion_terminating_and_finalizers(stand_in: KubeStandIn) -> None:
     stand_in.join("gpu-01")
-    for name in ("a", "b", "c"):
-        stand_in.create_pod(name, "gpu-01", labels={"app": "web"})
-    stand_in.create_pdb("web", {"app": "web"}, min_available="67%")  # 67% of 3 → 3 (rounded up)
-    status, pdb, _ = call(stand_in, "GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web")
-    assert pdb["status"] == {"observedGeneration": 1, "expectedPods": 3, "currentHealthy": 3,
-                             "desiredHealthy": 3, "disruptionsAllowed": 0}
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a", "namespace": "default"}}
-    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods/a/eviction", eviction)
-    assert (status, body["reason"]) == (429, "TooManyRequests")
-    assert body["details"]["causes"] == [{"reason": "DisruptionBudget", "message":
-                                          "The disruption budget web needs 3 healthy pods and has 3 currently"}]
-    stand_in.create_pod("d", "gpu-01", labels={"app": "web"})  # 67% of 4 → 3: one may go
-    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods/a/eviction", eviction)
-    assert (status, body["status"]) == (201, "Success")
-    assert names(stand_in, "/api/v1/pods") == {"b", "c", "d"}
-    status, body, _ = call(stand_in, "POST", "/api/v1/namespaces/default/pods/a/eviction", eviction)
-    assert status == 404
+    stand_in.create_pod("a", "gpu-01")
+    stand_in.set_ready("gpu-01", False)  # its kubelet is down: nobody finishes the deletion
+    status, body, _ = call(stand_in, "DELETE", "/api/v1/namespaces/default/pods/a", {"gracePeriodSeconds": 60})
+    assert status == 200 and body["metadata"]["deletionGracePeriodSeconds"] == 60
+    assert body["metadata"]["deletionTimestamp"]
+    listed = call(stand_in, "GET", "/api/v1/namespaces/default/pods/a", None)[1]
+    assert listed["metadata"]["deletionTimestamp"]  # Terminating, still there
+    stand_in.set_ready("gpu-01", True)  # a restarted kubelet stops the pod; not before its grace: shorten it
+    call(stand_in, "DELETE", "/api/v1/namespaces/default/pods/a", {"gracePeriodSeconds": 0})
+    assert call(stand_in, "GET", "/api/v1/namespaces/default/pods/a")[0] == 404
+
+    stand_in.create_pdb("held", {"app": "x"})
+    call(stand_in, "PATCH", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/held",
+         {"metadata": {"finalizers": ["example.com/keep"]}}, "application/merge-patch+json")
+    path = "/apis/policy/v1/namespaces/default/poddisruptionbudgets/held"
+    status, body, _ = call(stand_in, "DELETE", path)
+    assert status == 200 and body["metadata"]["deletionTimestamp"]
+    status, body, _ = call(stand_in, "PATCH", path, {"metadata": {"finalizers": ["example.com/keep", "b.io/x"]}},
+                           "application/merge-patch+json")
+    assert (status, body["reason"]) == (422, "Invalid")  # no new finalizers while deleting
+    status, body, _ = call(stand_in, "PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    assert status == 200
+    assert call(stand_in, "GET", path)[0] == 404
 
 
 def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
@@ -156,30 +267,37 @@ def test_runs_as_a_process_with_a_kubeconfig(tmp_path: Path) -> None:
 
 
 def test_a_long_running_lab_keeps_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lifecycle.lab.kube import server
+    from lifecycle.lab.kube import store
 
-    monkeypatch.setattr(server, "KEEP_VERSIONS", 2)
-    with KubeStandIn() as api:
+    monkeypatch.setattr(store, "JOURNAL_SIZE", 5)
+    with KubeStandIn(shutdown_s=0) as api:
         api.join("gpu-01")
         for i in range(10):
             call(api, "PATCH", "/api/v1/nodes/gpu-01", {"metadata": {"labels": {"i": str(i)}}},
                  "application/merge-patch+json")
             api.create_pod(f"p{i}", "gpu-01")
-            api.delete_pod(f"p{i}")
+            api.delete_pod(f"p{i}", grace_s=0)
         assert api.api is not None
-        assert api.api._requests == []  # none in flight
-        assert all(len(obj.history) <= 4 for _, obj in api.api.objects.items())
-        assert len(list(api.api.objects.items())) == 1  # deleted pods do not linger
+        assert all(len(j.events) <= 5 for j in api.api.store.journals.values())
+        assert {key[0] for key in api.api.store.objects} == {("", "nodes"), ("", "namespaces")}
         status, node, _ = call(api, "GET", "/api/v1/nodes/gpu-01")
         assert (status, node["metadata"]["labels"]["i"]) == (200, "9")
 
 
 def test_discovery_lists_what_is_served(stand_in: KubeStandIn) -> None:
     status, core, _ = call(stand_in, "GET", "/api/v1")
-    assert status == 200
+    assert status == 200 and core["groupVersion"] == "v1"
     served = {r["name"]: r for r in core["resources"]}
-    assert {"nodes", "pods", "pods/eviction", "nodes/status"} <= set(served)
+    assert {"nodes", "pods", "pods/eviction", "nodes/status", "namespaces", "events"} <= set(served)
     assert served["nodes"]["namespaced"] is False and served["pods"]["namespaced"] is True
+    assert served["nodes"]["shortNames"] == ["no"]
+    eviction = served["pods/eviction"]
+    assert (eviction["group"], eviction["version"], eviction["kind"], eviction["verbs"]) == \
+        ("policy", "v1", "Eviction", ["create"])
+    status, groups, _ = call(stand_in, "GET", "/apis")
+    assert {g["name"] for g in groups["groups"]} == {"policy", "apps", "coordination.k8s.io"}
+    status, apps, _ = call(stand_in, "GET", "/apis/apps/v1")
+    assert {r["name"] for r in apps["resources"]} >= {"daemonsets", "replicasets"}
     status, policy, _ = call(stand_in, "GET", "/apis/policy/v1")
     assert status == 200
     assert [r["kind"] for r in policy["resources"] if r["name"] == "poddisruptionbudgets"] == ["PodDisruptionBudget"]
@@ -191,5 +309,5 @@ def test_reset_empties_the_cluster_and_expires_old_watches(stand_in: KubeStandIn
     stand_in.reset()
     assert names(stand_in, "/api/v1/nodes") == set()
     assert names(stand_in, "/api/v1/pods") == set()
-    status, body, _ = call(stand_in, "GET", "/api/v1/nodes?watch=true&resourceVersion=1&timeoutSeconds=1")
+    status, body, _ = call(stand_in, "GET", "/api/v1/nodes?watch=true&resourceVersion=5&timeoutSeconds=1")
     assert status == 200 and body["type"] == "ERROR" and body["object"]["code"] == 410

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -14,7 +13,8 @@ import pytest
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.drivers.kube.types import WatchEvent
 from lifecycle.lab.kube import KubeStandIn
-from lifecycle.lab.kube import server as lab_kube
+from lifecycle.lab.kube import store as lab_kube
+from tests.kube.helpers import connect
 
 T = TypeVar("T")
 
@@ -76,16 +76,24 @@ def test_pod_watch_is_scoped_to_its_node(stand_in: KubeStandIn, api_driver: Kube
     api_driver.cordon("gpu-01", "run-2")
     api_driver.drain("gpu-01", deadline_s=5)
 
-    def seen() -> list[tuple[str, str]]:
-        events = api_driver.watch_pods("gpu-01", since=since, server_timeout_s=5)
-        return [(e.type, e.name) for e in (next(events), next(events))]
+    def seen() -> list[WatchEvent]:
+        out: list[WatchEvent] = []
+        for event in api_driver.watch_pods("gpu-01", since=since, server_timeout_s=5):
+            out.append(event)
+            if event.type == "DELETED":
+                return out
+        return out
 
-    assert within(10, seen) == [("ADDED", "web-a"), ("DELETED", "web-a")]
+    events = within(10, seen)
+    assert {e.name for e in events} == {"web-a"}
+    assert (events[0].type, events[-1].type) == ("ADDED", "DELETED")
+    # As a kubelet reports: Pending, then Running; the eviction makes it Terminating before it is gone.
+    assert [e.pod.phase for e in events if e.pod] [:2] == ["Pending", "Running"]
+    assert any(e.type == "MODIFIED" and e.pod and e.pod.terminating for e in events)
 
 
 def _raw_watch(stand_in: KubeStandIn, query: str) -> dict[str, Any]:
-    host, port = stand_in.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn = connect(stand_in)
     try:
         conn.request("GET", f"/api/v1/nodes?watch=true&{query}", headers={"Authorization": f"Bearer {stand_in.token}"})
         resp = conn.getresponse()
@@ -98,21 +106,19 @@ def _raw_watch(stand_in: KubeStandIn, query: str) -> dict[str, Any]:
 def test_a_version_older_than_the_journal_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lab_kube, "JOURNAL_SIZE", 3)
     with KubeStandIn() as api:
-        for i in range(6):
-            api.join(f"gpu-{i:02}")
-        event = _raw_watch(api, "resourceVersion=1&timeoutSeconds=1")
+        versions = [int(api.join(f"gpu-{i:02}")["metadata"]["resourceVersion"]) for i in range(6)]
+        event = _raw_watch(api, f"resourceVersion={versions[0]}&timeoutSeconds=1")
         assert event["type"] == "ERROR"
         assert event["object"]["code"] == 410
         assert event["object"]["reason"] == "Expired"
-        recent = _raw_watch(api, "resourceVersion=5&timeoutSeconds=1")
+        recent = _raw_watch(api, f"resourceVersion={versions[4]}&timeoutSeconds=1")
         assert (recent["type"], recent["object"]["metadata"]["name"]) == ("ADDED", "gpu-05")
 
 
 def test_stopping_ends_open_watches() -> None:
     api = KubeStandIn().start()
     api.join("gpu-01")
-    host, port = api.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn = connect(api)
     try:
         conn.request("GET", "/api/v1/nodes?watch=true", headers={"Authorization": f"Bearer {api.token}"})
         resp = conn.getresponse()

@@ -109,7 +109,9 @@ class FakeKubeDriver(KubeDriver):
             meta["ownerReferences"] = [{"kind": owner_kind, "name": f"{name}-owner", "controller": True}]
         if mirror:
             meta["annotations"] = {MIRROR_ANNOTATION: "mirror"}
-        obj = {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+        ready = "True" if phase == "Running" else "False"
+        obj = {"metadata": meta, "spec": {"nodeName": node},
+               "status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}}
         self._pods[(namespace, name)] = self._stamp(obj)
         return _pod(obj)
 

@@ -202,34 +202,37 @@ def _count(value: int | str, expected: int) -> int:
 
 
 def pod_is_healthy(pod: Mapping[str, Any]) -> bool:
-    """Running, not terminating, and not reported unready (the controller's ``currentHealthy``)."""
+    """Not terminating and its ``Ready`` condition ``True`` (the disruption controller's ``currentHealthy``)."""
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     status = pod.get("status") or {}
-    if status.get("phase") != "Running":
-        return False
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return True
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def budget_status(pdb: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> BudgetStatus:
-    """Budget arithmetic over the pods the budget selects (``pods`` are already selected).
+def budget_status(pdb: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                  scale: int | None = None) -> BudgetStatus:
+    """The disruption controller's arithmetic over the pods the budget selects (``pods`` are already selected).
 
-    The real controller takes ``expectedPods`` from the owning controllers'
-    scale; here it is the number of selected, non-terminal pods.
+    ``scale`` is the owning controllers' replica count, which the controller
+    uses as ``expectedPods`` for ``maxUnavailable`` and for a percentage
+    ``minAvailable``; an integer ``minAvailable`` expects the selected pods.
+    Without ``scale`` (the fake driver has no controllers) the selected pods
+    that are not Succeeded or Failed stand in for it.
     """
     spec = pdb.get("spec") or {}
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    expected = len(live)
-    healthy = sum(1 for p in live if pod_is_healthy(p))
+    healthy = sum(1 for p in pods if pod_is_healthy(p))
+    scaled = len(live) if scale is None else scale
     if spec.get("maxUnavailable") is not None:
+        expected = scaled
         desired = max(0, expected - _count(spec["maxUnavailable"], expected))
-    elif spec.get("minAvailable") is not None:
+    elif isinstance(spec.get("minAvailable"), str):
+        expected = scaled
         desired = _count(spec["minAvailable"], expected)
+    elif spec.get("minAvailable") is not None:
+        expected, desired = len(pods), int(spec["minAvailable"])
     else:
-        desired = 0
+        expected, desired = 0, 0  # policy/v1 defaults neither figure: every healthy pod may go
     return BudgetStatus(expected, healthy, desired, max(0, healthy - desired))
 
 

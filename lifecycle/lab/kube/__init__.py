@@ -1,6 +1,6 @@
-"""The lab's Kubernetes API: a kmock stand-in, because no kube-apiserver can be installed here.
+"""The lab's Kubernetes API: a stand-in for kube-apiserver, because none can be installed here.
 
-``server`` is the API (kmock plus the behaviours racklife relies on); ``run``
+``server`` is the API (over TLS, on aiohttp; its rules in the modules beside it); ``run``
 serves it from a thread (``KubeStandIn``) or a child process
 (``KubeProcess``, also ``python -m lifecycle.lab.kube --kubeconfig PATH``)
 and performs the lab's own changes: nodes joining and leaving, test pods and

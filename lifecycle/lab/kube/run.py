@@ -4,19 +4,23 @@ Why it exists: tests want the API in-process and fresh per test (it starts in
 milliseconds); ``racklife lab up`` wants it as a process that outlives the
 command and is found through a kubeconfig. Both offer the same lab-side
 operations — a node joining (its Node object, with GPU capacity, appears) and
-leaving, pods and PodDisruptionBudgets for tests — and perform them through
-the API's own HTTP path, so watches see them like any other change.
+leaving, pods (with real owner objects) and PodDisruptionBudgets for tests —
+and perform them through the API's own HTTPS path, so watches see them like
+any other change. The serving certificate is made at start; its CA goes into
+every kubeconfig written.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import http.client
 import json
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -28,10 +32,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import kmock
 import yaml
 
-from lifecycle.lab.kube.server import GPU_RESOURCE, ApiServer, Obj, now
+from lifecycle.lab.kube import tls
+from lifecycle.lab.kube.kubelet import PHASE_ANNOTATION, READY_ANNOTATION, now
+from lifecycle.lab.kube.server import GPU_RESOURCE, ApiServer, Obj
+from lifecycle.lab.kube.server import serve as serve_api
 
 
 def node_object(name: str, *, labels: Mapping[str, str] | None = None, taints: list[Obj] | None = None,
@@ -50,7 +56,7 @@ def node_object(name: str, *, labels: Mapping[str, str] | None = None, taints: l
                    "nodeInfo": {"architecture": "amd64", "bootID": str(uuid.uuid4()), "machineID": uuid.uuid4().hex,
                                 "systemUUID": str(uuid.uuid4()), "containerRuntimeVersion": "containerd://1.7.0",
                                 "kernelVersion": os.uname().release, "kubeProxyVersion": "",
-                                "kubeletVersion": "v1.30.0-racklife-lab", "operatingSystem": "linux",
+                                "kubeletVersion": "v1.32.4", "operatingSystem": "linux",
                                 "osImage": "racklife lab node"}},
     }
 
@@ -72,20 +78,24 @@ def _q(name: str) -> str:
 
 @dataclass
 class KubeAdmin:
-    """Lab-side writes over the stand-in's own HTTP API (the same path every client takes)."""
+    """Lab-side writes over the stand-in's own HTTPS API (the same path every client takes)."""
 
     url: str = ""
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    ca_pem: bytes = field(default=b"", repr=False)
 
     @classmethod
     def from_kubeconfig(cls, path: Path) -> KubeAdmin:
         """Reach a running stand-in from another process (``lab up`` wrote the kubeconfig)."""
         config = yaml.safe_load(path.read_text())
-        return cls(url=config["clusters"][0]["cluster"]["server"], token=config["users"][0]["user"]["token"])
+        cluster = config["clusters"][0]["cluster"]
+        return cls(url=cluster["server"], token=config["users"][0]["user"]["token"],
+                   ca_pem=base64.b64decode(cluster.get("certificate-authority-data") or ""))
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        host, port = self.url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        host, port = self.url.removeprefix("https://").split(":")
+        context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
         try:
             conn.request(method, path, body=None if body is None else json.dumps(body),
                          headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type})
@@ -102,7 +112,8 @@ class KubeAdmin:
         """A kubeconfig for clients (kubectl, lightkube); it holds the lab token, so it is mode 0600."""
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "racklife-lab", "preferences": {},
-            "clusters": [{"name": "racklife-lab", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "racklife-lab", "cluster": {
+                "server": self.url, "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}}],
             "users": [{"name": "racklife-lab", "user": {"token": self.token}}],
             "contexts": [{"name": "racklife-lab",
                           "context": {"cluster": "racklife-lab", "user": "racklife-lab", "namespace": namespace}}],
@@ -134,28 +145,76 @@ class KubeAdmin:
                 raise
 
     def set_ready(self, name: str, ready: bool) -> None:
-        cond = {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now()}
+        cond = {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now(),
+                "reason": "KubeletReady" if ready else "KubeletNotReady"}
         self.request("PATCH", f"/api/v1/nodes/{_q(name)}/status", [{"op": "replace", "path": "/status/conditions",
                                                                 "value": [cond]}], "application/json-patch+json")
 
-    def create_pod(self, name: str, node: str, *, namespace: str = "default", labels: Mapping[str, str] | None = None,
-                   owner_kind: str | None = None, mirror: bool = False, phase: str = "Running") -> Obj:
-        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
-        if owner_kind:
-            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": f"{name}-owner",
-                                        "uid": str(uuid.uuid4()), "controller": True}]
-        if mirror:
-            meta["annotations"] = {"kubernetes.io/config.mirror": secrets.token_hex(8)}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/app:1"}]},
-               "status": {"phase": phase}}
-        return dict(self.request("POST", f"/api/v1/namespaces/{_q(namespace)}/pods", pod))
+    def ensure_namespace(self, namespace: str) -> None:
+        try:
+            self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": namespace}})
+        except AdminError as e:
+            if e.status != 409:
+                raise
 
-    def delete_pod(self, name: str, namespace: str = "default") -> None:
-        self.request("DELETE", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
+    def _owner(self, kind: str, name: str, namespace: str, labels: Mapping[str, str]) -> Obj:
+        plural = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets"}.get(kind)
+        if plural is None:
+            return {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": str(uuid.uuid4()), "controller": True}
+        base = f"/apis/apps/v1/namespaces/{_q(namespace)}/{plural}"
+        try:
+            owner = self.request("GET", f"{base}/{_q(name)}")
+        except AdminError as e:
+            if e.status != 404:
+                raise
+            template = {"metadata": {"labels": dict(labels)},
+                        "spec": {"containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}
+            spec: Obj = {"selector": {"matchLabels": dict(labels)}, "template": template}
+            if kind == "ReplicaSet":
+                spec["replicas"] = 1
+            owner = self.request("POST", base, {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
+                                                "spec": spec})
+        return {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": owner["metadata"]["uid"],
+                "controller": True, "blockOwnerDeletion": True}
+
+    def create_pod(self, name: str, node: str, *, namespace: str = "default", labels: Mapping[str, str] | None = None,
+                   owner_kind: str | None = None, owner_name: str | None = None, mirror: bool = False,
+                   phase: str = "Running", ready: bool = True, wait_s: float = 5.0) -> Obj:
+        """A pod bound to ``node``; the lab's kubelet takes it to ``phase`` (waited for, when the node is Ready)."""
+        self.ensure_namespace(namespace)
+        annotations = {PHASE_ANNOTATION: phase}
+        if not ready:
+            annotations[READY_ANNOTATION] = "false"
+        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {}), "annotations": annotations}
+        if owner_kind:
+            meta["ownerReferences"] = [self._owner(owner_kind, owner_name or f"{name}-owner", namespace,
+                                                   labels or {"app": name})]
+        if mirror:
+            annotations["kubernetes.io/config.mirror"] = secrets.token_hex(8)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+               "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/app:1"}]}}
+        created = dict(self.request("POST", f"/api/v1/namespaces/{_q(namespace)}/pods", pod))
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            seen = dict(self.request("GET", path))
+            if seen["status"].get("phase") == phase and (phase != "Pending" or seen["status"].get("startTime")):
+                return seen
+            node_obj = self.request("GET", f"/api/v1/nodes/{_q(node)}") if node else None
+            if node_obj is None or not any(c.get("type") == "Ready" and c.get("status") == "True"
+                                           for c in node_obj["status"].get("conditions") or []):
+                return seen  # no kubelet will start it now
+            time.sleep(0.01)
+        return created
+
+    def delete_pod(self, name: str, namespace: str = "default", grace_s: int | None = None) -> None:
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+        self.request("DELETE", path, None if grace_s is None else {"gracePeriodSeconds": grace_s})
 
     def create_pdb(self, name: str, match_labels: Mapping[str, str], *, namespace: str = "default",
                    min_available: int | str | None = None, max_unavailable: int | str | None = None) -> Obj:
+        self.ensure_namespace(namespace)
         spec: Obj = {"selector": {"matchLabels": dict(match_labels)}}
         if min_available is not None:
             spec["minAvailable"] = min_available
@@ -168,9 +227,11 @@ class KubeAdmin:
 
 @dataclass
 class KubeStandIn(KubeAdmin):
-    """The stand-in served from a thread of this process, on 127.0.0.1."""
+    """The stand-in served from a thread of this process, over TLS on 127.0.0.1."""
 
     port: int = 0
+    shutdown_s: float = 0.2
+    """How long the lab's kubelet takes to stop a deleted pod (at most its grace period)."""
     api: ApiServer | None = field(default=None, init=False, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
     _stopped: asyncio.Event | None = field(default=None, init=False, repr=False)
@@ -179,19 +240,24 @@ class KubeStandIn(KubeAdmin):
     def start(self, timeout_s: float = 10.0) -> KubeStandIn:
         ready = threading.Event()
         failure: list[BaseException] = []
+        cert = tls.make()
+        self.ca_pem = cert.ca_pem
 
         async def serve() -> None:
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
             try:
-                self.api = ApiServer()
-                self.api.token = self.token
-                async with self.api, kmock.Server(self.api, host="127.0.0.1", port=self.port or None) as server:
-                    self.port = server.port
-                    self.url = f"http://127.0.0.1:{server.port}"
+                self.api = ApiServer(token=self.token, shutdown_s=self.shutdown_s)
+                runner = await serve_api(self.api, "127.0.0.1", self.port, cert.server_context())
+                try:
+                    self.port = int(self.api.address.rsplit(":", 1)[1])
+                    self.url = f"https://127.0.0.1:{self.port}"
                     ready.set()
                     await self._stopped.wait()
-                    await self.api.close_watches()
+                    self.api.close_watches()
+                    self.api.kubelet.stop()
+                finally:
+                    await runner.cleanup()
             except BaseException as e:
                 failure.append(e)
                 raise
@@ -204,11 +270,17 @@ class KubeStandIn(KubeAdmin):
             raise RuntimeError(f"the Kubernetes stand-in did not start: {failure[0] if failure else 'timeout'}")
         return self
 
-    def reset(self) -> None:
-        """Empty the cluster without restarting the server (kubeconfigs and clients stay valid)."""
+    def _call(self, fn: Any) -> Any:
         if self.api is None or self._loop is None:
             raise RuntimeError("the Kubernetes stand-in is not running")
-        asyncio.run_coroutine_threadsafe(self.api.reset(), self._loop).result(10)
+
+        async def run() -> Any:
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def reset(self) -> None:
+        """Empty the cluster without restarting the server (kubeconfigs and clients stay valid)."""
+        self._call(lambda: self.api.reset() if self.api else None)
 
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:
@@ -247,7 +319,8 @@ class KubeProcess(KubeAdmin):
                 self.stop()
                 raise RuntimeError("the Kubernetes stand-in process did not start")
             time.sleep(0.05)
-        self.url = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        found = KubeAdmin.from_kubeconfig(self.kubeconfig)
+        self.url, self.ca_pem = found.url, found.ca_pem
         return self
 
     def stop(self) -> None:
