@@ -1,55 +1,95 @@
 """The small error hierarchy every driver translates its vendor errors into.
 
-A workflow needs one fact from an error: can a retry help? ``retryable``
-says so. Messages never carry credentials.
+A workflow needs one fact from an error: can trying again help? As in kopf,
+the answer is the error's class, decided once at the adapter edge where the
+vendor's words are known:
+
+* ``TemporaryError`` — the peer did not answer or asked us to come back: a
+  timeout, a refused connection while a BMC reboots, 429, 503, another 5xx to
+  an idempotent request. ``delay_s`` carries the peer's own suggestion
+  (``Retry-After``) when it gave one; None leaves the wait to the policy.
+* ``PermanentError`` — the same request will fail the same way: refused
+  credentials, an untrusted certificate, 4xx, validation, an operation the
+  peer does not offer or refused.
+
+Whether a temporary error is *retried* is not the driver's call: the workflow
+step layer (``lifecycle/workflows/retry.py``) retries only steps declared
+idempotent, under one policy from configuration. Messages never carry
+credentials.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _rebuild(cls: type[DriverError], args: tuple[Any, ...], state: dict[str, Any]) -> DriverError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
 
 class DriverError(Exception):
-    """Base of all driver errors. ``retryable``: whether trying again later can help."""
+    """Base of all driver errors; ``retryable`` is True exactly for ``TemporaryError``."""
 
-    retryable = False
     exit_code = 5
 
-    def __init__(self, target: str, message: str) -> None:
+    def __init__(self, target: str, message: str, *, delay_s: float | None = None) -> None:
         self.target = target
         self.message = message
+        self.delay_s = delay_s
         super().__init__(f"{target}: {message}")
 
-    def __reduce__(self) -> tuple[type[DriverError], tuple[str, str]]:
-        # Workflow engines pickle step errors; keep the constructor's arguments.
-        return (type(self), (self.target, self.message))
+    @property
+    def retryable(self) -> bool:
+        return isinstance(self, TemporaryError)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Workflow engines pickle step errors; subclasses have their own constructors, so
+        # rebuild from the attributes instead of calling one.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-class Unreachable(DriverError):
-    """No answer: connection refused or timed out, DNS failure, 503 after retries."""
+class TemporaryError(DriverError):
+    """Trying again later can help; ``delay_s``: the peer's suggested wait, if it gave one."""
 
-    retryable = True
+
+class PermanentError(DriverError):
+    """Trying again with the same request cannot help."""
+
+
+class Unreachable(TemporaryError):
+    """No answer: connection refused or timed out, DNS failure, a session that stopped answering."""
+
     exit_code = 3
 
 
-class AuthFailed(DriverError):
+class Busy(TemporaryError):
+    """The peer answered "not now": 429, 503, another 5xx to an idempotent request, IPMI node busy."""
+
+    exit_code = 3
+
+
+class AuthFailed(PermanentError):
     """The peer refused our credentials. Retrying with the same ones cannot help."""
 
     exit_code = 4
 
 
-class NotSupported(DriverError):
+class Untrusted(PermanentError):
+    """The peer's TLS certificate does not verify: no retry makes it trusted."""
+
+    exit_code = 3
+
+
+class NotSupported(PermanentError):
     """The peer does not offer this operation (missing resource, action or capability)."""
 
     exit_code = 5
 
 
-class OperationFailed(DriverError):
+class OperationFailed(PermanentError):
     """The peer refused or failed the operation; ``message`` carries its own words."""
 
     exit_code = 5
-
-    def __init__(self, target: str, message: str, *, retryable: bool = False) -> None:
-        super().__init__(target, message)
-        self.retryable = retryable
-
-    def __reduce__(self) -> tuple[type[DriverError], tuple[str, str]]:
-        return (type(self), (self.target, self.message))

@@ -38,7 +38,9 @@ from lifecycle.store import db
 # report (await_phone_home) instead of DBOS.recv. 0.4: runs take their nodes' leases as a
 # step (one run per node) and acceptance takes typed settings. Runs started under an older
 # version are not replayed by this code: a controller marks them failed (leasing.sweep).
-APP_VERSION = "racklife-0.4"
+# 0.5: the one-time network boot is its own (retried) step, set_network_boot, before the
+# power cycle (boot_attempt, run once); steps declare idempotency (workflows/retry.py).
+APP_VERSION = "racklife-0.5"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None

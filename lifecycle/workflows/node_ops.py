@@ -11,6 +11,7 @@ from dbos import DBOS
 
 from lifecycle.model.states import Actor
 from lifecycle.store import shared_store
+from lifecycle.workflows.retry import step
 
 
 def current_run_id() -> str:
@@ -20,7 +21,7 @@ def current_run_id() -> str:
     return wid
 
 
-@DBOS.step()
+@step(idempotent=True)  # a replay of (event, run id) is already done
 def transition(node: str, event: str, reason: str, actor: str = Actor.WORKFLOW.value,
                acceptance_record: str | None = None) -> str:
     """Apply ``event`` to ``node`` as part of the current run; return the new state."""
@@ -30,7 +31,7 @@ def transition(node: str, event: str, reason: str, actor: str = Actor.WORKFLOW.v
     return t.target.value
 
 
-@DBOS.step()
+@step(idempotent=True)
 def node_state(node: str) -> str:
     store = shared_store()
     return store.get(node).state.value

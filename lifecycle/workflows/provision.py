@@ -11,6 +11,11 @@ step that reads the report the boot server stored when it spent the token,
 woken by ``PhoneHomeWatch``); on timeout one more boot, then
 ``provision_failed`` with the reason. The steps of a run share one BMC
 session. Why the steps are shaped this way: docs/provisioning.md, Throughput.
+
+Each step declares whether it may run again (``lifecycle/workflows/retry.py``):
+inspection and the one-time boot override only read or set state, so a BMC
+that times out or answers 503 is retried under the site's policy; the power
+cycle is a side effect that must not repeat, so it runs once.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from lifecycle.store import boot as boot_store
 from lifecycle.workflows.engine import step_token
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id, transition
+from lifecycle.workflows.retry import step
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +197,7 @@ def _bmc_failure(exc: DriverError) -> str:
     return f"BMC {type(exc).__name__.lower()}: {exc.message}"
 
 
-@DBOS.step()
+@step(idempotent=True)
 def begin_run(node: str, image_label: str) -> str:
     """Enter this run's first state; return it: inspecting, provisioning, or where the node is.
 
@@ -209,22 +215,20 @@ def begin_run(node: str, image_label: str) -> str:
     return state.value
 
 
-@DBOS.step()
+@step(idempotent=True)
 def inspect_node(node: str, image_label: str) -> str:
     """Compare the BMC's inventory with the inventory file; on a match, go on to provisioning.
 
     Returns "" when the node is now ``provisioning``, else why inspection
-    failed (the caller records ``inspect_fail``). A re-run after a crash that
-    landed past the commit finds the node provisioning and returns "".
+    failed (the caller records ``inspect_fail``); a BMC error is raised (a
+    temporary one is retried). A re-run after a crash that landed past the
+    commit finds the node provisioning and returns "".
     """
     store = shared_store()
     if store.get(node).state is State.PROVISIONING:
         return ""
-    try:
-        driver, spec = _bmc(node)
-        problems = _mismatches(spec, driver.inspect())
-    except DriverError as exc:
-        return _bmc_failure(exc)
+    driver, spec = _bmc(node)
+    problems = _mismatches(spec, driver.inspect())
     if problems:
         return "; ".join(problems)
     store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
@@ -233,11 +237,19 @@ def inspect_node(node: str, image_label: str) -> str:
     return ""
 
 
-@DBOS.step()
+@step(idempotent=True)
+def set_network_boot(node: str) -> None:
+    """Ask the BMC for a one-time network boot: setting it again is harmless, so it is retried."""
+    driver, _ = _bmc(node)
+    driver.set_boot(BootDevice.PXE, once=True)
+
+
+@step(idempotent=False)
 def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url: str,
                  ttl_s: float, wait_s: float) -> dict[str, Any]:
-    """One network boot of one attempt: ``reason`` ("" when under way, else why it could not
-    start) and ``until``, the time (epoch seconds) its phone-home is waited for.
+    """The power cycle of one attempt (the one-time network boot is already set): ``reason``
+    ("" when under way, else why it could not start) and ``until``, the time (epoch seconds)
+    its phone-home is waited for.
 
     ``until`` is journaled with the step, so a run resumed after a crash waits
     for the same deadline, not a fresh one.
@@ -258,14 +270,13 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
                                  spec.boot_mac(), run, attempt,
                                  lambda token: ipxe_script(spec, img, phone_home_url, token),
                                  timedelta(seconds=ttl_s)):
-            driver.set_boot(BootDevice.PXE, once=True)
             driver.power(PowerAction.CYCLE)  # from off, every driver powers on instead
     except DriverError as exc:
         return {"reason": _bmc_failure(exc), "until": time.time()}
     return {"reason": "", "until": time.time() + wait_s}  # counted from the cycle, as a node boots
 
 
-@DBOS.step()
+@step(idempotent=True)
 def await_phone_home(node: str, attempt: int, until: float) -> dict[str, Any] | None:
     """Wait for boot ``attempt`` of this run to phone home, until ``until`` (epoch seconds,
     journaled by ``boot_attempt``): the node's report, or None at the deadline or when a
@@ -289,7 +300,7 @@ def await_phone_home(node: str, attempt: int, until: float) -> dict[str, Any] | 
         WATCH.wait(run, attempt, remaining)
 
 
-@DBOS.step()
+@step(idempotent=True)
 def verify_boot(node: str, report: dict[str, Any], image: dict[str, Any]) -> str:
     """Verify what the node reported and record the outcome; "" when provisioned, else why not."""
     store = shared_store()
@@ -338,7 +349,10 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
         label = image_name or cfg.default_image
         state = begin_run(node, label)
         if state == State.INSPECTING.value:
-            reason = inspect_node(node, label)
+            try:
+                reason = inspect_node(node, label)
+            except DriverError as exc:  # after the retries the policy allows
+                reason = _bmc_failure(exc)
             out.steps.append("inspect")
             if reason:
                 out.state, out.reason = transition(node, "inspect_fail", reason), reason
@@ -349,6 +363,12 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
             return asdict(out)
         report: dict[str, Any] | None = None
         for attempt in range(1, cfg.attempts + 1):
+            try:
+                set_network_boot(node)
+            except DriverError as exc:
+                _release_bmc(run)
+                out.state, out.reason = transition(node, "provision_fail", _bmc_failure(exc)), _bmc_failure(exc)
+                return asdict(out)
             started = boot_attempt(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home",
                                    cfg.boot_timeout_s * 2, cfg.boot_timeout_s)
             _release_bmc(run)

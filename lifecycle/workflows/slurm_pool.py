@@ -31,6 +31,7 @@ from lifecycle.model.inventory import Pool
 from lifecycle.store import shared_store
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.retry import step
 
 
 @dataclass
@@ -52,21 +53,21 @@ def _pool_of(node: str) -> tuple[str, Pool]:
     return rec.pool, store.pool(rec.pool)
 
 
-@DBOS.step()
+@step(idempotent=True)
 def valid_acceptance(node: str) -> str | None:
     store = shared_store()
     rec = store.valid_acceptance(node)
     return rec.id if rec else None
 
 
-@DBOS.step()
+@step(idempotent=True)
 def slurm_holder(node: str, action: str) -> str:
     """Why the node is not racklife's to change ("" when it is free or held by racklife)."""
     current = _driver().node(node)
     return held_by_other(current, action) if foreign_hold(current) is not None else ""
 
 
-@DBOS.step()
+@step(idempotent=True)  # partition membership and resume read first
 def slurm_join(node: str, partition: str) -> dict[str, Any]:
     """Put the node in its partition, then resume it if (and only if) the drain is ours."""
     driver = _driver()
@@ -75,7 +76,7 @@ def slurm_join(node: str, partition: str) -> dict[str, Any]:
     return {"partition": partition, "resume": [{"node": r.node, "action": r.action} for r in results]}
 
 
-@DBOS.step()
+@step(idempotent=False)  # requeues and cancels jobs: never twice
 def drain_and_empty(node: str, policy: str, deadline_s: float, reason: str) -> dict[str, Any]:
     if policy not in ("wait", "requeue", "cancel"):
         raise ValueError(f"unknown leave policy {policy!r}")

@@ -9,7 +9,6 @@ import pytest
 
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.bmc.redfish import RedfishDriver
-from lifecycle.drivers.bmc.redfish_transport import RetryPolicy
 from lifecycle.lab.redfish_emulator import BmcConfig, ExtraHardware, RedfishEmulator
 
 # The captured vendor trees shared with the project (shared/fixtures/redfish/<name>).
@@ -82,7 +81,6 @@ class DriverFactory:
         self.made: list[RedfishDriver] = []
 
     def __call__(self, url: str, **settings: object) -> RedfishDriver:
-        settings.setdefault("retry", RetryPolicy(attempts=3, backoff_s=0.5))
         settings.setdefault("timeout", 5.0)
         made = RedfishDriver(url, Credentials(USER, PASSWORD), clock=self.clock,
                              **settings)  # type: ignore[arg-type]

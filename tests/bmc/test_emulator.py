@@ -14,7 +14,7 @@ import requests
 
 from lifecycle.drivers.bmc.base import PowerAction, PowerState
 from lifecycle.drivers.bmc.redfish import RedfishDriver
-from lifecycle.drivers.errors import Unreachable
+from lifecycle.drivers.errors import Untrusted
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator, spawn
 
 MakeDriver = Callable[..., RedfishDriver]
@@ -127,7 +127,7 @@ def test_tls_verification_on_off_and_with_the_emulator_ca(
         url = emu.urls["ilo"]
         assert url.startswith("https://")
         strict = make_driver(url)  # verify_tls defaults to True
-        with pytest.raises(Unreachable, match="TLS verification failed") as caught:
+        with pytest.raises(Untrusted, match="TLS verification failed") as caught:
             strict.power_state()
         assert not caught.value.retryable and strict.transport.calls == 1
         assert make_driver(url, verify_tls=False).power_state() is PowerState.ON

@@ -4,10 +4,19 @@ on top of pyghmi's own and a fresh attempt (not a cached broken session) on the 
 from __future__ import annotations
 
 import pytest
+from pyghmi import exceptions as pyghmi_exc
 
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.bmc.ipmi import IpmiDriver, parse_address
-from lifecycle.drivers.errors import Unreachable
+from lifecycle.drivers.errors import (
+    Busy,
+    DriverError,
+    NotSupported,
+    OperationFailed,
+    PermanentError,
+    TemporaryError,
+    Unreachable,
+)
 from tests.bmc.ipmi_fixtures import PASSWORD, BlackHole, black_hole_fixture  # noqa: F401 - fixture
 
 # pyghmi retransmits the channel-auth request a few times before it gives up; more than this
@@ -44,3 +53,21 @@ def test_parse_address(address: str, expected: tuple[str, int]) -> None:
 def test_parse_address_refuses_garbage(address: str) -> None:
     with pytest.raises(ValueError, match="not an IPMI address"):
         parse_address(address)
+
+
+@pytest.mark.parametrize(("code", "text", "kind"), [
+    (0xC0, "Node busy", Busy),
+    (0xC3, "Timeout", Busy),
+    (0xCE, "Cannot provide response", Busy),
+    (0xC1, "Invalid command", NotSupported),
+    (0xCC, "Invalid data field in request", OperationFailed),
+    (0xD5, "Command not supported in present state", OperationFailed),
+])
+def test_completion_codes_say_whether_a_retry_can_help(code: int, text: str, kind: type[DriverError]) -> None:
+    """pyghmi's own exception for each completion code, through the driver's one table."""
+    driver = IpmiDriver("127.0.0.1:623", Credentials("admin", PASSWORD))
+    error = driver._command_error("set power", pyghmi_exc.IpmiException(text, code))
+    assert type(error) is kind
+    assert error.retryable is (kind is Busy)
+    assert isinstance(error, TemporaryError if kind is Busy else PermanentError)
+    assert f"{code:02X}h" in error.message

@@ -1,6 +1,7 @@
-"""Each injected fault gives the right error class, and retries stay bounded (calls counted).
+"""Each injected fault gives the right error class, and the driver sends each request once.
 
-Waits go through the fake clock: a test that retries sleeps in virtual time only.
+Temporary or permanent is decided here, at the edge; retrying is the workflow step layer's
+(tests/workflows/test_retry.py). The fake clock proves that the driver never waits.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ import pytest
 
 from lifecycle.drivers.bmc.base import Credentials, PowerState
 from lifecycle.drivers.bmc.redfish import RedfishDriver
-from lifecycle.drivers.bmc.redfish_transport import RetryPolicy
-from lifecycle.drivers.errors import AuthFailed, OperationFailed, Unreachable
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    Busy,
+    OperationFailed,
+    PermanentError,
+    TemporaryError,
+    Unreachable,
+)
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
 
 MakeDriver = Callable[..., RedfishDriver]
@@ -39,51 +46,49 @@ def test_hanging_bmc_times_out_once(emulator: RedfishEmulator, make_driver: Make
     assert drv.transport.calls == 1
 
 
-def test_internal_error_is_operation_failed_without_retry(emulator: RedfishEmulator,
-                                                          make_driver: MakeDriver,
-                                                          clock: Any) -> None:
+def test_internal_error_on_a_read_is_temporary_and_sent_once(emulator: RedfishEmulator,
+                                                              make_driver: MakeDriver,
+                                                              clock: Any) -> None:
     emulator.set_fault(TREE, status=500)
-    with pytest.raises(OperationFailed, match="HTTP 500: Injected fault") as caught:
+    with pytest.raises(Busy, match="HTTP 500: Injected fault") as caught:
         make_driver(emulator.urls[TREE]).power_state()
-    assert caught.value.retryable
-    assert served(emulator) == 1
+    assert isinstance(caught.value, TemporaryError) and caught.value.delay_s is None
+    assert served(emulator) == 1  # the driver never retries: that is the step layer's call
+    assert clock.sleeps == []
 
 
-def test_503_with_retry_after_retries_up_to_the_policy(emulator: RedfishEmulator,
-                                                       make_driver: MakeDriver,
-                                                       clock: Any) -> None:
-    emulator.set_fault(TREE, status=503, retry_after=2)
-    with pytest.raises(Unreachable, match="HTTP 503"):
-        make_driver(emulator.urls[TREE], retry=RetryPolicy(attempts=3)).power_state()
-    assert served(emulator) == 3
-    assert clock.sleeps == [2.0, 2.0]
+def test_internal_error_on_an_action_is_permanent(emulator: RedfishEmulator,
+                                                  make_driver: MakeDriver) -> None:
+    drv = make_driver(emulator.urls[TREE])
+    assert drv.power_state() is PowerState.ON
+    emulator.set_fault(TREE, status=500)
+    reset = "/redfish/v1/Systems/437XR1138R2/Actions/ComputerSystem.Reset"
+    with pytest.raises(OperationFailed, match="HTTP 500") as caught:
+        drv.transport.request("POST", reset, {"ResetType": "ForceOff"})  # the BMC may have done it
+    assert isinstance(caught.value, PermanentError) and not caught.value.retryable
+    with pytest.raises(Busy, match="HTTP 500"):
+        drv.transport.request("PATCH", "/redfish/v1/Systems/437XR1138R2", {"AssetTag": "x"})
 
 
-def test_503_without_retry_after_is_not_retried(emulator: RedfishEmulator,
-                                                make_driver: MakeDriver,
-                                                clock: Any) -> None:
+def test_503_and_429_carry_the_bmcs_retry_after(emulator: RedfishEmulator,
+                                                make_driver: MakeDriver, clock: Any) -> None:
+    for status in (503, 429):
+        emulator.set_fault(TREE, status=status, retry_after=2)
+        before = served(emulator)
+        with pytest.raises(Busy, match=f"HTTP {status}") as caught:
+            make_driver(emulator.urls[TREE]).power_state()
+        assert caught.value.delay_s == 2.0 and caught.value.exit_code == 3
+        assert served(emulator) == before + 1
+    assert clock.sleeps == []
+
+
+def test_503_without_retry_after_suggests_no_delay(emulator: RedfishEmulator,
+                                                   make_driver: MakeDriver) -> None:
     emulator.set_fault(TREE, status=503)
-    with pytest.raises(Unreachable):
+    with pytest.raises(Busy) as caught:
         make_driver(emulator.urls[TREE]).power_state()
+    assert caught.value.delay_s is None and caught.value.retryable
     assert served(emulator) == 1
-    assert clock.sleeps == []
-
-
-def test_503_with_a_too_long_retry_after_is_not_waited_for(emulator: RedfishEmulator,
-                                                           make_driver: MakeDriver,
-                                                           clock: Any) -> None:
-    emulator.set_fault(TREE, status=503, retry_after=600)
-    with pytest.raises(Unreachable):
-        make_driver(emulator.urls[TREE], retry=RetryPolicy(max_retry_after_s=30)).power_state()
-    assert served(emulator) == 1
-    assert clock.sleeps == []
-
-
-def test_a_brief_503_is_ridden_out(emulator: RedfishEmulator, make_driver: MakeDriver,
-                                   clock: Any) -> None:
-    emulator.set_fault(TREE, status=503, retry_after=1, remaining=1)
-    assert make_driver(emulator.urls[TREE]).power_state() is PowerState.ON
-    assert clock.sleeps == [1.0]
 
 
 def _closed_port() -> int:
@@ -93,15 +98,14 @@ def _closed_port() -> int:
     return port
 
 
-def test_connection_refused_backs_off_then_gives_up(make_driver: MakeDriver,
-                                                    clock: Any) -> None:
-    drv = make_driver(f"http://127.0.0.1:{_closed_port()}",
-                      retry=RetryPolicy(attempts=4, backoff_s=0.5, max_backoff_s=1.5))
+def test_connection_refused_is_unreachable_and_sent_once(make_driver: MakeDriver,
+                                                         clock: Any) -> None:
+    drv = make_driver(f"http://127.0.0.1:{_closed_port()}")
     with pytest.raises(Unreachable, match="connection failed") as caught:
         drv.power_state()
-    assert caught.value.retryable
-    assert drv.transport.calls == 4
-    assert clock.sleeps == [0.5, 1.0, 1.5]
+    assert caught.value.retryable and isinstance(caught.value, TemporaryError)
+    assert drv.transport.calls == 1
+    assert clock.sleeps == []
 
 
 def test_expired_session_logs_in_again_once(emulator: RedfishEmulator,

@@ -8,6 +8,7 @@ tokens, and end `provisioned`; the two end `inspect_failed` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import RunningLab
+from tests.e2e.conftest import RunningLab, run
 
 pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
 
@@ -119,3 +120,88 @@ def test_boot_timeout_retries_once_then_fails(lab_pxe: RunningLab, minimal_image
     hist = json.loads(lab_pxe.racklife("node", "history", "node-03", "--json").stdout)
     assert [h["event"] for h in hist][-2:] == ["provision", "provision_fail"]
     assert "no phone-home" in hist[-1]["reason"]
+
+
+class FlakyBmc:
+    """A TCP relay in front of a lab BMC: the first ``hang`` connections are accepted and never
+    answered (the client's read timeout fires, as with a BMC busy rebooting); later ones are
+    relayed to the real BMC."""
+
+    def __init__(self, upstream: tuple[str, int], hang: int) -> None:
+        self.upstream, self.hang = upstream, hang
+        self.accepted = 0
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(16)
+        self.srv.settimeout(0.2)
+        self.port = int(self.srv.getsockname()[1])
+        self.held: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn = self.srv.accept()[0]
+            except OSError:
+                continue
+            self.accepted += 1
+            if self.accepted <= self.hang:
+                self.held.append(conn)
+                continue
+            up = socket.create_connection(self.upstream, timeout=10)
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_RDWR)  # the other pump sees the end and closes dst
+        src.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        for c in self.held:
+            c.close()
+        self.srv.close()
+
+
+@pytest.fixture(scope="module")
+def lab2() -> Iterator[RunningLab]:
+    lab = RunningLab(2)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def test_a_bmc_that_times_out_twice_then_answers_is_provisioned(lab2: RunningLab, minimal_image: Path,
+                                                                tmp_path: Path) -> None:
+    """Inspection is idempotent: after two timeouts the step layer tries again and the node boots."""
+    doc = yaml.safe_load(lab2.inventory.read_text())
+    node = next(n for n in doc["nodes"] if n["bmc"]["driver"] == "redfish")
+    address = node["bmc"]["address"].split("://", 1)[-1]
+    host, _, port = address.rpartition(":")
+    flaky = FlakyBmc((host, int(port)), hang=2)
+    try:
+        node["bmc"]["address"] = f"http://127.0.0.1:{flaky.port}"
+        inv = tmp_path / "inventory.yaml"
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert lab2.racklife("inventory", "import", str(inv)).returncode == 0
+        env = lab2.env | {"RACKLIFE_RETRY_ATTEMPTS": "3", "RACKLIFE_RETRY_BACKOFF_S": "0.2"}
+        res = run(env, "provision", node["name"], "--boot-timeout", "60", "--images", str(minimal_image),
+                  "--json", timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        [out] = json.loads(res.stdout)
+        assert out["state"] == "provisioned" and out["steps"] == ["inspect", "boot attempt 1"]
+        assert flaky.accepted > 2 and len(flaky.held) == 2  # both timeouts really happened
+        hist = json.loads(lab2.racklife("node", "history", node["name"], "--json").stdout)
+        assert [h["event"] for h in hist] == ["enroll", "inspect", "inspect_done", "provision",
+                                              "provision_done"]
+    finally:
+        flaky.close()

@@ -7,7 +7,15 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed, Unreachable
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    Busy,
+    NotSupported,
+    OperationFailed,
+    PermanentError,
+    TemporaryError,
+    Unreachable,
+)
 from lifecycle.drivers.kube.api import KubeApiDriver, translate
 from lifecycle.drivers.kube.base import Conflict
 from lifecycle.lab.kube import KubeStandIn
@@ -55,25 +63,37 @@ def test_a_kubeconfig_without_the_context_is_refused(kubeconfig: Path) -> None:
         KubeApiDriver.from_kubeconfig(kubeconfig, context="production")
 
 
-@pytest.mark.parametrize(("code", "kind", "retryable"), [
-    (401, AuthFailed, False),
-    (403, AuthFailed, False),
-    (404, OperationFailed, False),
-    (405, NotSupported, False),
-    (409, Conflict, True),
-    (415, NotSupported, False),
-    (429, OperationFailed, True),
-    (500, OperationFailed, True),
-    (503, Unreachable, True),
-    (599, Unreachable, True),
+@pytest.mark.parametrize(("code", "method", "kind", "retryable"), [
+    (401, "GET", AuthFailed, False),
+    (403, "GET", AuthFailed, False),
+    (404, "GET", OperationFailed, False),
+    (405, "GET", NotSupported, False),
+    (409, "PATCH", Conflict, True),
+    (415, "PATCH", NotSupported, False),
+    (422, "PATCH", OperationFailed, False),
+    (429, "POST", Busy, True),
+    (500, "GET", Busy, True),
+    (500, "POST", OperationFailed, False),  # not idempotent: a retry might apply it twice
+    (500, "PATCH", OperationFailed, False),
+    (503, "POST", Busy, True),
+    (599, "GET", Busy, True),
+    (599, "POST", OperationFailed, False),
 ])
-def test_status_table(code: int, kind: type[Exception], retryable: bool) -> None:
-    request = httpx2.Request("GET", "http://127.0.0.1:1/api/v1/nodes")
+def test_status_table(code: int, method: str, kind: type[Exception], retryable: bool) -> None:
+    request = httpx2.Request(method, "http://127.0.0.1:1/api/v1/nodes")
     error = httpx2.HTTPStatusError("x", request=request, response=httpx2.Response(code, request=request))
     translated = translate("api", error)
     assert type(translated) is kind
     assert translated.retryable is retryable
+    assert isinstance(translated, TemporaryError if retryable else PermanentError)
     assert f"HTTP {code}" in translated.message
+
+
+def test_429_carries_the_api_servers_retry_after() -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1:1/api/v1/namespaces/a/pods/b/eviction")
+    response = httpx2.Response(429, request=request, headers={"Retry-After": "7"})
+    translated = translate("api", httpx2.HTTPStatusError("x", request=request, response=response))
+    assert isinstance(translated, Busy) and translated.delay_s == 7.0
 
 
 def test_connection_errors_are_unreachable() -> None:

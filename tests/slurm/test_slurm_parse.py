@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lifecycle.drivers.errors import AuthFailed, OperationFailed, Unreachable
+from lifecycle.drivers.errors import (
+    AuthFailed,
+    Busy,
+    OperationFailed,
+    PermanentError,
+    TemporaryError,
+    Unreachable,
+)
 from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver, reason_for
 from lifecycle.drivers.slurm.parse import (
     nodes_from_sinfo,
@@ -124,3 +131,7 @@ def test_error_table() -> None:
     err = classify("scontrol", "slurm_update error: Invalid node name specified")
     assert isinstance(err, OperationFailed) and not err.retryable
     assert "Invalid node name" in err.message
+    busy = classify("sbatch", "sbatch: error: Batch job submission failed: Resource temporarily unavailable")
+    assert isinstance(busy, Busy) and isinstance(busy, TemporaryError)
+    assert isinstance(err, PermanentError) and isinstance(classify("scontrol", "Munge decode failed"),
+                                                          PermanentError)

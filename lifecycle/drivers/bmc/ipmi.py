@@ -6,9 +6,12 @@ the interface (BIOS settings, virtual media, firmware update, secure erase, HTTP
 ``NotSupported`` with a message that points at Redfish.
 
 pyghmi has its own retransmit loop (about six seconds before it gives up on a silent peer); that
-is the only retry layer: this driver never retries on top of it. pyghmi errors are translated here
-into ``lifecycle.drivers.errors``: no answer is ``Unreachable``, a refused user or password is
-``AuthFailed``, a completion code is ``OperationFailed`` with its meaning.
+is the only retry inside the driver: a step that gets ``Unreachable`` may be retried by the
+workflow step layer, never here. pyghmi errors are translated here into
+``lifecycle.drivers.errors``: no answer is ``Unreachable`` (temporary), a refused user or password
+is ``AuthFailed``, a completion code is looked up in ``COMPLETION_CODES``: the "not now" codes
+(node busy, timeout, out of space for the moment) are ``Busy`` (temporary), the rest
+``OperationFailed`` (permanent) with their meaning.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from lifecycle.drivers.bmc.base import (
 )
 from lifecycle.drivers.errors import (
     AuthFailed,
+    Busy,
     DriverError,
     NotSupported,
     OperationFailed,
@@ -52,6 +56,16 @@ from lifecycle.drivers.errors import (
 )
 
 T = TypeVar("T")
+
+# IPMI 2.0 completion codes (table 5-2) that mean "not now": trying again later can help.
+COMPLETION_CODES: dict[int, tuple[type[DriverError], str]] = {
+    0xC0: (Busy, "node busy"),
+    0xC3: (Busy, "timeout while processing the command"),
+    0xC4: (Busy, "out of space"),
+    0xCE: (Busy, "command response could not be provided"),
+    0xC1: (NotSupported, "the BMC does not know this command"),
+    0xD5: (OperationFailed, "not supported in the present state"),
+}
 
 
 def _sendto_keeping_nonblocking(sock: Any, packet: bytes, sockaddr: Any) -> None:
@@ -191,10 +205,11 @@ class IpmiDriver(BmcDriver):
         text = str(exc.args[0]) if exc.args and exc.args[0] else ""
         if code == 0xFFFF or text in ("timeout", "") or "session" in text.lower():
             return Unreachable(self.target, f"{what}: the BMC stopped answering")
-        if code == 0xC1:
-            return NotSupported(self.target, f"{what}: the BMC does not know this command (C1h)")
         suffix = f" (completion code {code:02X}h)" if code else ""
-        return OperationFailed(self.target, f"{what}: {text}{suffix}")
+        kind, meaning = COMPLETION_CODES.get(code, (OperationFailed, ""))
+        if kind is NotSupported:
+            return NotSupported(self.target, f"{what}: {meaning} ({code:02X}h)")
+        return kind(self.target, f"{what}: {text or meaning}{suffix}")
 
     def _raw(self, cmd: Any, netfn: int, command: int, data: tuple[int, ...] = ()) -> bytes:
         rsp = cmd.raw_command(netfn=netfn, command=command, data=data)

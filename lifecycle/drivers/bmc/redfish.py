@@ -44,8 +44,8 @@ from lifecycle.drivers.bmc.redfish_transport import (
     Clock,
     RedfishTransport,
     Reply,
-    RetryPolicy,
     SystemClock,
+    TaskPolling,
 )
 from lifecycle.drivers.errors import NotSupported, OperationFailed, Unreachable
 
@@ -59,7 +59,7 @@ class RedfishDriver(BmcDriver):
     def __init__(self, address: str, credentials: Credentials, *, verify_tls: bool = True,
                  system_id: str | None = None, timeout: float = 10.0,
                  auth: Literal["session", "basic"] = "session",
-                 retry: RetryPolicy | None = None, clock: Clock | None = None) -> None:
+                 tasks: TaskPolling | None = None, clock: Clock | None = None) -> None:
         self.address = address if "://" in address else f"https://{address}"
         self.system_id = system_id
         parts = urlsplit(self.address)
@@ -69,7 +69,7 @@ class RedfishDriver(BmcDriver):
         self._verify_tls = verify_tls
         self._timeout = timeout
         self._auth = auth
-        self._retry = retry or RetryPolicy()
+        self._tasks = tasks or TaskPolling()
         self._clock = clock or SystemClock()
         self._transport: RedfishTransport | None = None
         self._system_path: str | None = None
@@ -93,7 +93,7 @@ class RedfishDriver(BmcDriver):
             self.validate()
             self._transport = RedfishTransport(
                 self.address, self._credentials, verify_tls=self._verify_tls,
-                timeout=self._timeout, auth=self._auth, retry=self._retry, clock=self._clock,
+                timeout=self._timeout, auth=self._auth,
                 target=self.target)
         return self._transport
 
@@ -371,8 +371,8 @@ class RedfishDriver(BmcDriver):
         poll = monitor or task_path
         if not poll:
             raise OperationFailed(self.target, "the BMC accepted the request but named no task")
-        policy = self._retry
-        deadline = self._clock.monotonic() + policy.task_timeout_s
+        policy = self._tasks
+        deadline = self._clock.monotonic() + policy.timeout_s
         body, status, headers = reply.body, reply.status, reply.headers
         while True:
             step = parse.task_progress(body, fallback_id=str(poll).rstrip("/").rsplit("/", 1)[-1])
@@ -392,9 +392,9 @@ class RedfishDriver(BmcDriver):
                                       + "; ".join(step.messages))
             if self._clock.monotonic() > deadline:
                 raise Unreachable(self.target, f"task {step.task_id} still {step.state} after "
-                                  f"{policy.task_timeout_s:.0f}s")
+                                  f"{policy.timeout_s:.0f}s")
             wait = headers.get("retry-after")
-            self._clock.sleep(float(wait) if wait and wait.isdigit() else policy.task_poll_s)
+            self._clock.sleep(float(wait) if wait and wait.isdigit() else policy.poll_s)
             try:
                 next_reply = self.transport.request("GET", str(poll))
             except NotSupported:

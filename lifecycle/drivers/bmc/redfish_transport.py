@@ -5,11 +5,16 @@ python-redfish-library for the HTTP exchange and session headers, and owns:
 
 * authentication: a Redfish session (POST to ``Links.Sessions``) or HTTP Basic,
   with one re-login when a session has expired (401) and never a second;
-* retries, as data (``RetryPolicy``) applied here and nowhere else: connection
-  errors with backoff, and 503 only when the BMC says when to come back
-  (``Retry-After``). The library's own retry loop (which sleeps a fixed second)
-  is turned off. Waiting goes through an injectable ``Clock``;
-* translation of library and HTTP errors into ``lifecycle.drivers.errors``;
+* no retries: each logical request is sent once (the library's own retry loop,
+  which sleeps a fixed second, is turned off). Retrying is the workflow step
+  layer's decision (``lifecycle/workflows/retry.py``), because only a step
+  knows whether repeating it is safe;
+* translation of library and HTTP errors into ``lifecycle.drivers.errors``, in
+  ``_send`` (no answer) and ``_checked`` (an HTTP status): a connection refused
+  or timed out is ``Unreachable``, 429 and 503 are ``Busy`` with the BMC's
+  ``Retry-After``, another 5xx is ``Busy`` only for an idempotent method (a
+  POST such as a reset may have been applied) — those are temporary; an
+  untrusted certificate, 401/403, other 4xx are permanent;
 * secrecy: the password and session token never reach a message or a log line
   (the library logs request headers at DEBUG; a filter masks the token).
 """
@@ -32,10 +37,12 @@ from redfish.rest.v1 import HttpClient, RestResponse, RetriesExhaustedError
 from lifecycle.drivers.bmc.base import Credentials
 from lifecycle.drivers.errors import (
     AuthFailed,
+    Busy,
     DriverError,
     NotSupported,
     OperationFailed,
     Unreachable,
+    Untrusted,
 )
 
 LOG = logging.getLogger(__name__)
@@ -57,22 +64,21 @@ class SystemClock:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how long to try again. Only connection errors and 503+Retry-After qualify.
+class TaskPolling:
+    """How often to poll a BMC task (firmware update, secure erase) and for how long."""
 
-    ``attempts`` counts every try (1 = no retry). A 503 whose Retry-After exceeds
-    ``max_retry_after_s`` is not waited for: the caller gets ``Unreachable`` at once.
-    """
+    poll_s: float = 2.0
+    timeout_s: float = 3600.0
 
-    attempts: int = 3
-    backoff_s: float = 0.5
-    max_backoff_s: float = 8.0
-    max_retry_after_s: float = 30.0
-    task_poll_s: float = 2.0
-    task_timeout_s: float = 3600.0
 
-    def backoff(self, attempt: int) -> float:
-        return float(min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1))))
+# Methods a BMC applies at most once however often they are sent: a 5xx to one of these
+# can be retried; to a POST (an action) it cannot, since the action may have run.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
+    value = headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
 
 
 class _MaskToken(logging.Filter):
@@ -114,12 +120,9 @@ class RedfishTransport:
     """A logged-in Redfish client for one BMC."""
 
     def __init__(self, base_url: str, credentials: Credentials, *, verify_tls: bool,
-                 timeout: float, auth: str, retry: RetryPolicy, clock: Clock,
-                 target: str) -> None:
+                 timeout: float, auth: str, target: str) -> None:
         self.base_url = base_url
         self.target = target
-        self.retry = retry
-        self.clock = clock
         self._credentials = credentials
         self._auth = auth
         self._client: HttpClient = redfish.redfish_client(
@@ -219,43 +222,21 @@ class RedfishTransport:
 
     def _send(self, method: str, path: str, body: Json | None = None,
               headers: dict[str, str] | None = None) -> Reply:
-        """One logical request: the only retry loop of the driver."""
-        policy = self.retry
-        for attempt in range(1, max(1, policy.attempts) + 1):
-            last = attempt >= policy.attempts
-            self.calls += 1
-            try:
-                resp = self._call(method, path, body, dict(headers or {}))
-            except RetriesExhaustedError as exc:
-                cause = exc.__cause__
-                if isinstance(cause, requests.exceptions.SSLError):
-                    err = Unreachable(self.target, "TLS verification failed (the BMC's "
-                                      "certificate is not trusted; verify_tls=False to accept it)")
-                    err.retryable = False
-                    raise err from None
-                connect_error = isinstance(cause, requests.exceptions.ConnectionError) and \
-                    not isinstance(cause, requests.exceptions.ReadTimeout)
-                if connect_error and not last:
-                    delay = policy.backoff(attempt)
-                    LOG.info("%s: %s %s: connection failed, retry in %.1fs", self.target,
-                             method, path, delay)
-                    self.clock.sleep(delay)
-                    continue
-                kind = "timed out" if isinstance(cause, requests.exceptions.Timeout) \
-                    else "connection failed"
-                raise Unreachable(self.target, f"{method} {path}: {kind}") from None
-            except requests.exceptions.RequestException as exc:
-                raise Unreachable(self.target, f"{method} {path}: {type(exc).__name__}") \
-                    from None
-            reply = self._reply(resp, method, path)
-            if reply.status == 503:
-                wait = resp.retry_after
-                if wait is not None and wait <= policy.max_retry_after_s and not last:
-                    LOG.info("%s: %s %s: 503, Retry-After %ss", self.target, method, path, wait)
-                    self.clock.sleep(float(wait))
-                    continue
-            return reply
-        raise AssertionError("unreachable: the loop returns or raises")
+        """One request, sent once; no answer becomes ``Unreachable`` (or ``Untrusted``)."""
+        self.calls += 1
+        try:
+            resp = self._call(method, path, body, dict(headers or {}))
+        except RetriesExhaustedError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, requests.exceptions.SSLError):
+                raise Untrusted(self.target, "TLS verification failed (the BMC's certificate "
+                                "is not trusted; verify_tls=False to accept it)") from None
+            kind = "timed out" if isinstance(cause, requests.exceptions.Timeout) \
+                else "connection failed"
+            raise Unreachable(self.target, f"{method} {path}: {kind}") from None
+        except requests.exceptions.RequestException as exc:
+            raise Unreachable(self.target, f"{method} {path}: {type(exc).__name__}") from None
+        return self._reply(resp, method, path)
 
     def _call(self, method: str, path: str, body: Json | None,
               headers: dict[str, str]) -> RestResponse:
@@ -295,6 +276,6 @@ class RedfishTransport:
             raise AuthFailed(self.target, what)
         if status in (404, 405, 501):
             raise NotSupported(self.target, what)
-        if status == 503:
-            raise Unreachable(self.target, what)
-        raise OperationFailed(self.target, what, retryable=status >= 500)
+        if status in (429, 503) or (status >= 500 and method in IDEMPOTENT_METHODS):
+            raise Busy(self.target, what, delay_s=_retry_after(reply.headers))
+        raise OperationFailed(self.target, what)

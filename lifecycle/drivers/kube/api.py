@@ -29,7 +29,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod, PodEviction
 from lightkube.types import PatchType
 
-from lifecycle.drivers.errors import AuthFailed, DriverError, NotSupported, OperationFailed, Unreachable
+from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, NotSupported, OperationFailed, Unreachable
 from lifecycle.drivers.kube.base import Conflict, KubeDriver
 from lifecycle.drivers.kube.types import (
     GPU_RESOURCE,
@@ -40,15 +40,28 @@ from lifecycle.drivers.kube.types import (
     WatchEvent,
 )
 
-# HTTP status → (error class, whether a retry can help). 409 and 429 are handled where they mean something.
+# HTTP status → error class. A 5xx not listed is Busy on an idempotent request (one the API
+# server applies at most once however often it is sent) and OperationFailed otherwise.
 _STATUS_ERRORS: dict[int, type[DriverError]] = {
     400: OperationFailed, 401: AuthFailed, 403: AuthFailed, 404: OperationFailed, 405: NotSupported,
-    409: Conflict, 415: NotSupported, 422: OperationFailed, 429: OperationFailed, 500: OperationFailed,
-    501: NotSupported, 502: Unreachable, 503: Unreachable, 504: Unreachable,
+    409: Conflict, 415: NotSupported, 422: OperationFailed, 429: Busy,
+    501: NotSupported, 502: Busy, 503: Busy, 504: Busy,
 }
-_RETRYABLE_STATUS = frozenset({429, 500})
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 # 500s that no retry can fix, in the API server's own words.
 _PERMANENT_500 = ("more than one PodDisruptionBudget",)
+
+
+def _method(exc: httpx2.HTTPStatusError) -> str:
+    try:
+        return exc.request.method
+    except RuntimeError:  # an error built without its request: assume the worst
+        return ""
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    return float(value) if value.isdigit() else None
 
 
 def translate(target: str, exc: Exception) -> DriverError:
@@ -56,11 +69,14 @@ def translate(target: str, exc: Exception) -> DriverError:
     if isinstance(exc, httpx2.HTTPStatusError):
         code = exc.response.status_code
         message = exc.status.message if isinstance(exc, ApiError) and exc.status.message else exc.response.reason_phrase
-        cls = _STATUS_ERRORS.get(code, Unreachable if code >= 500 else OperationFailed)
         text = f"HTTP {code}: {message}"
-        if cls is OperationFailed:
-            permanent = code == 500 and any(words in text for words in _PERMANENT_500)
-            return OperationFailed(target, text, retryable=code in _RETRYABLE_STATUS and not permanent)
+        cls = _STATUS_ERRORS.get(code)
+        if cls is None and code >= 500:
+            permanent = any(words in text for words in _PERMANENT_500)
+            cls = Busy if _method(exc) in _IDEMPOTENT and not permanent else OperationFailed
+        cls = cls or OperationFailed
+        if issubclass(cls, Busy):
+            return cls(target, text, delay_s=_retry_after(exc.response))
         return cls(target, text)
     if isinstance(exc, httpx2.TransportError):
         return Unreachable(target, f"no answer from the Kubernetes API ({type(exc).__name__})")

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from lifecycle.drivers.errors import OperationFailed
+from lifecycle.drivers.errors import OperationFailed, TemporaryError
 from lifecycle.drivers.kube.types import (
     CORDON_REASON,
     CORDONED_BY,
@@ -39,11 +39,8 @@ from lifecycle.drivers.kube.types import (
 CONFLICT_ATTEMPTS = 5
 
 
-class Conflict(OperationFailed):
+class Conflict(TemporaryError):
     """The object changed between our read and our write (409); re-read and try again."""
-
-    def __init__(self, target: str, message: str) -> None:
-        super().__init__(target, message, retryable=True)
 
 
 class NotOurs(OperationFailed):

@@ -3,7 +3,10 @@
 Every scontrol/sinfo/squeue/scancel call goes through ``CommandRunner`` (argv
 lists only, a timeout on each), and every slurmrestd read through
 ``RestClient``. Failures become ``lifecycle.drivers.errors`` types here, from
-one table of Slurm's own messages, so callers only ask "can a retry help?".
+one table of Slurm's own messages, so callers only ask "can a retry help?"
+(``TemporaryError``: no controller, a socket timeout, "temporarily"; else
+``PermanentError``). slurmrestd is only read (GET), so its 5xx and 429 are
+temporary (``Busy``, with its ``Retry-After``).
 The JWT is sent as a header and never appears in an error or a log.
 """
 
@@ -19,6 +22,7 @@ from typing import Any, Protocol
 
 from lifecycle.drivers.errors import (
     AuthFailed,
+    Busy,
     DriverError,
     NotSupported,
     OperationFailed,
@@ -32,6 +36,8 @@ ERROR_TABLE: tuple[tuple[str, type[DriverError]], ...] = (
     ("connection refused", Unreachable),
     ("could not establish a configuration source", Unreachable),
     ("slurm backup controller in standby mode", Unreachable),
+    ("resource temporarily unavailable", Busy),
+    ("temporarily unable to accept job", Busy),
     ("munge", AuthFailed),
     ("access/permission denied", AuthFailed),
     ("invalid user", AuthFailed),
@@ -108,7 +114,11 @@ class RestClient:
                 raise AuthFailed(target, f"HTTP {exc.code}: token refused") from None
             if exc.code == 404:
                 raise NotSupported(target, f"HTTP 404 for {path}") from None
-            raise OperationFailed(target, f"HTTP {exc.code}", retryable=exc.code >= 500) from None
+            if exc.code == 429 or exc.code >= 500:
+                after = (exc.headers.get("Retry-After") or "") if exc.headers else ""
+                raise Busy(target, f"HTTP {exc.code}",
+                           delay_s=float(after) if after.isdigit() else None) from None
+            raise OperationFailed(target, f"HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise Unreachable(target, str(getattr(exc, "reason", exc))) from None
         except ValueError:

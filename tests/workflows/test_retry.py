@@ -1,0 +1,159 @@
+"""The one retry layer: a policy from configuration, applied to idempotent steps only, in virtual time.
+
+The BMC is our Redfish emulator with injected faults (a real HTTP exchange, real client
+timeouts); every wait goes through the retrier's injected ``sleep``, so nothing here sleeps
+for the backoff.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lifecycle.drivers.bmc.base import Credentials, PowerState
+from lifecycle.drivers.bmc.redfish import RedfishDriver
+from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, OperationFailed, Unreachable
+from lifecycle.drivers.slurm.driver import NotOurs
+from lifecycle.drivers.slurm.types import DrainOwner
+from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+from lifecycle.workflows import node_ops, provision, retry, slurm_pool
+from lifecycle.workflows.retry import Retrier, RetryPolicy, is_idempotent, step, using
+
+TREE = "dmtf-public-rackmount1"
+USER, PASSWORD = "racklife", "emulator-S3cret!"
+
+
+@pytest.fixture
+def emulator(fixtures_dir: Path) -> Iterator[RedfishEmulator]:
+    with RedfishEmulator([BmcConfig(name=TREE, tree=fixtures_dir / "redfish" / TREE, username=USER,
+                                    password=PASSWORD)]) as emu:
+        yield emu
+
+
+@pytest.fixture
+def sleeps() -> Iterator[list[float]]:
+    """Virtual time: the process's retrier records its waits instead of sleeping."""
+    waited: list[float] = []
+    with using(Retrier(RetryPolicy(attempts=4, backoff_s=2.0, max_backoff_s=30.0), waited.append)):
+        yield waited
+
+
+def driver(url: str, password: str = PASSWORD, timeout: float = 0.3) -> RedfishDriver:
+    return RedfishDriver(url, Credentials(USER, password), timeout=timeout)
+
+
+def test_policy_defaults_and_configuration() -> None:
+    assert RetryPolicy.from_env({}) == RetryPolicy(attempts=4, backoff_s=2.0, max_backoff_s=30.0,
+                                                   max_delay_s=120.0)
+    env = {"RACKLIFE_RETRY_ATTEMPTS": "6", "RACKLIFE_RETRY_BACKOFF_S": "0.5",
+           "RACKLIFE_RETRY_MAX_BACKOFF_S": "4", "RACKLIFE_RETRY_MAX_DELAY_S": ""}
+    assert RetryPolicy.from_env(env) == RetryPolicy(attempts=6, backoff_s=0.5, max_backoff_s=4.0)
+    with pytest.raises(ValueError, match="RACKLIFE_RETRY_ATTEMPTS='three' is not a number"):
+        RetryPolicy.from_env({"RACKLIFE_RETRY_ATTEMPTS": "three"})
+    with pytest.raises(ValueError, match="RACKLIFE_RETRY_ATTEMPTS must be 1 or more"):
+        RetryPolicy.from_env({"RACKLIFE_RETRY_ATTEMPTS": "0"})
+    with pytest.raises(ValueError, match="RACKLIFE_RETRY_BACKOFF_S must be 0 or more"):
+        RetryPolicy.from_env({"RACKLIFE_RETRY_BACKOFF_S": "-1"})
+
+
+def test_a_bmc_that_times_out_twice_then_answers(emulator: RedfishEmulator, sleeps: list[float]) -> None:
+    emulator.set_fault(TREE, timeout=True, remaining=2)
+    drv = driver(emulator.urls[TREE])
+    try:
+        assert retry.retrier().call(drv.power_state) is PowerState.ON
+    finally:
+        drv.close()
+    assert sleeps == [2.0, 4.0]  # backoff, doubling
+
+
+def test_backoff_is_capped_and_gives_up_after_the_attempts(sleeps: list[float]) -> None:
+    with socket.socket() as sock:  # a port nobody listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    drv = driver(f"http://127.0.0.1:{port}")
+    with using(Retrier(RetryPolicy(attempts=4, backoff_s=0.5, max_backoff_s=1.5), sleeps.append)), \
+            pytest.raises(Unreachable, match="connection failed"):
+        retry.retrier().call(drv.power_state)
+    assert drv.transport.calls == 4
+    assert sleeps == [0.5, 1.0, 1.5]
+
+
+def test_the_bmcs_retry_after_is_honoured(emulator: RedfishEmulator, sleeps: list[float]) -> None:
+    emulator.set_fault(TREE, status=503, retry_after=7, remaining=1)
+    drv = driver(emulator.urls[TREE])
+    try:
+        assert retry.retrier().call(drv.power_state) is PowerState.ON
+    finally:
+        drv.close()
+    assert sleeps == [7.0]
+
+
+def test_a_retry_after_beyond_the_cap_is_not_waited_for(emulator: RedfishEmulator,
+                                                        sleeps: list[float]) -> None:
+    emulator.set_fault(TREE, status=503, retry_after=600)
+    with pytest.raises(Busy, match="HTTP 503"):
+        retry.retrier().call(driver(emulator.urls[TREE]).power_state)
+    assert sleeps == []
+    assert emulator.requests(TREE) == 1
+
+
+def test_a_permanent_error_is_not_retried(emulator: RedfishEmulator, sleeps: list[float]) -> None:
+    drv = driver(emulator.urls[TREE], password="wrong-password")
+    with pytest.raises(AuthFailed):
+        retry.retrier().call(drv.power_state)
+    assert sleeps == []
+    assert emulator.requests(TREE) == 2  # the service root, one login: no second try
+
+
+def test_only_idempotent_steps_are_retried(sleeps: list[float]) -> None:
+    calls: list[str] = []
+
+    def flaky(kind: str) -> str:
+        calls.append(kind)
+        if calls.count(kind) < 3:
+            raise Unreachable("bmc", "timed out")
+        return kind
+
+    @step(idempotent=True)
+    def read_state() -> str:
+        return flaky("read")
+
+    @step(idempotent=False)
+    def power_cycle() -> str:
+        return flaky("cycle")
+
+    assert read_state() == "read" and calls.count("read") == 3
+    assert sleeps == [2.0, 4.0]
+    with pytest.raises(Unreachable):
+        power_cycle()
+    assert calls.count("cycle") == 1 and sleeps == [2.0, 4.0]
+
+
+def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
+    declared = {
+        fn.__name__: is_idempotent(fn)
+        for fn in (provision.begin_run, provision.inspect_node, provision.set_network_boot,
+                   provision.boot_attempt, provision.await_phone_home, provision.verify_boot,
+                   node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
+                   slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty)
+    }
+    assert None not in declared.values()
+    # The side effects that must not repeat: a power cycle, requeueing or cancelling jobs.
+    assert [n for n, ok in declared.items() if not ok] == ["boot_attempt", "drain_and_empty"]
+
+
+@pytest.mark.parametrize("error", [
+    Unreachable("bmc", "timed out"),
+    Busy("bmc", "HTTP 503", delay_s=3.0),
+    OperationFailed("bmc", "HTTP 400"),
+    NotOurs("gpu-001", DrainOwner.of("admin: bad DIMM", "root")),
+])
+def test_errors_survive_the_journal(error: DriverError) -> None:
+    """DBOS pickles a step's error; the copy keeps its class, words and suggested delay."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert (copy.retryable, copy.delay_s, copy.exit_code) == (error.retryable, error.delay_s, error.exit_code)
