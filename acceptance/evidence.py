@@ -170,6 +170,7 @@ def _node_doc(j: NodeJudgement, inp: NodeInput, meta: BundleMeta) -> dict[str, A
 
 def _group_doc(i: int, g: GroupJudgement) -> dict[str, Any]:
     return {"index": i, "nodes": list(g.run.nodes), "kind": g.run.kind, "verdict": g.verdict,
+            "launcher": g.run.launcher,
             "finding": asdict(g.finding), "error": g.run.error, "job_id": g.run.job_id,
             "raw_output": f"multi_node/{i:03d}-{safe_name(g.run.kind, 'run kind')}.txt"
             if g.run.raw_output is not None else None}

@@ -31,7 +31,7 @@ from burnin.result import CheckResult, ResultFormatError, RunResult, Verdict, wo
 from burnin.runner import rejudge
 from burnin.serde import from_dict
 
-Source = Literal["profile", "fleet", "record", "multi_node"]
+Source = Literal["profile", "fleet", "record", "multi_node", "waiver"]
 MODIFIED_Z = 0.6745  # makes MAD comparable to a standard deviation for normal data
 
 
@@ -49,12 +49,23 @@ class NodeFinding:
 
 
 @dataclass(frozen=True)
+class Waiver:
+    """An operator's explicit waiver of one required check: who gave it, why, when."""
+
+    check: str  # "multi-node"
+    by: str
+    reason: str
+    at: str
+
+
+@dataclass(frozen=True)
 class NodeJudgement:
     node: str
     profile: str
     level: str | None
     verdict: Verdict
     findings: tuple[NodeFinding, ...]
+    waivers: tuple[Waiver, ...] = ()  # waivers that this node's verdict rests on
 
     @property
     def passed(self) -> bool:
@@ -123,6 +134,7 @@ class GroupRun:
     raw_output: str | None = None
     job_id: str | None = None  # the scheduler's job id (Slurm), when it ran as a job
     profile: str | None = None  # the profile it is judged against (default: judge_rack's group_profile)
+    launcher: str = "srun"  # how it was started: srun (a Slurm job) or mpirun (over SSH)
 
 
 @dataclass(frozen=True)

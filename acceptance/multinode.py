@@ -1,10 +1,13 @@
-"""Run the multi-node NCCL rounds of an acceptance through Slurm, and narrow a slow one down.
+"""Run the multi-node NCCL rounds of an acceptance (through Slurm, or over SSH), and narrow a slow one down.
 
 Single-node burn-in cannot see what lies between nodes: a rail that trains at full
 rate but drops packets, a leaf port, a spine uplink. So after burn-in the controller
-runs ``all_reduce_perf`` across nodes with ``srun`` on the site's Slurm — one job per
-group, every group of a round launched at once (the groups are disjoint, so Slurm runs
-them side by side) — first the rounds :func:`acceptance.topology.acceptance_rounds`
+runs ``all_reduce_perf`` across nodes — with ``srun`` on the site's Slurm for nodes of a
+Slurm pool, and for nodes of a Kubernetes pool or of no scheduler with an mpirun-style
+launch over the SSH fan-out (:class:`SshMpirun`: ``mpirun --host a,b`` started on the
+group's first node), so every pool gets it — one launch per
+group, every group of a round launched at once (the groups are disjoint, so they run
+side by side) — first the rounds :func:`acceptance.topology.acceptance_rounds`
 plans from the inventory's labels (same-leaf pairs, cross-spine pairs, NVLink blocks,
 the ring), then, when any run came back slow, the rounds
 :func:`acceptance.isolation.isolate` asks for to name the node(s) or link(s) at fault.
@@ -21,9 +24,11 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from acceptance.fanout import SSH_UNREACHABLE, Target, Transport
 from acceptance.isolation import Group, Isolation, isolate
 from acceptance.judge import GroupRun
 from acceptance.topology import Placement, acceptance_rounds, fabric_order
@@ -37,8 +42,19 @@ NCCL_ARGS = ("-b", "1G", "-e", "8G", "-f", "2", "-g", "8")
 """1 GiB to 8 GiB, doubling, 8 GPUs per task: the sizes the profiles' busbw floors are judged at."""
 
 
+LauncherKind = Literal["srun", "mpirun"]
+
+
 class MultiNodeError(ValueError):
-    """Groups or settings that must not be sent to Slurm."""
+    """Groups or settings that must not be sent to Slurm or a node."""
+
+
+def _check_group(group: Sequence[str]) -> None:
+    for n in group:
+        if not _NAME.match(n):
+            raise MultiNodeError(f"node name {n!r} is not allowed")
+    if len(group) < 2 or len(set(group)) != len(group):
+        raise MultiNodeError(f"a multi-node run needs two or more distinct nodes, not {list(group)}")
 
 
 @dataclass(frozen=True)
@@ -55,36 +71,41 @@ class LaunchRecord:
     started_at: float
     seconds: float
     timed_out: bool = False
+    launcher: LauncherKind = "srun"
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "kind": self.kind, "argv": list(self.argv),
                 "returncode": self.returncode, "stdout": self.stdout, "stderr": self.stderr,
                 "job_id": self.job_id, "started_at": self.started_at, "seconds": self.seconds,
-                "timed_out": self.timed_out}
+                "timed_out": self.timed_out, "launcher": self.launcher}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LaunchRecord:
+        launcher: LauncherKind = "mpirun" if d.get("launcher") == "mpirun" else "srun"
         return cls(tuple(d["nodes"]), str(d["kind"]), tuple(d["argv"]), d["returncode"], str(d["stdout"]),
                    str(d["stderr"]), d["job_id"], float(d["started_at"]), float(d["seconds"]),
-                   bool(d.get("timed_out", False)))
+                   bool(d.get("timed_out", False)), launcher)
 
     def group_run(self, profile: str | None = None) -> GroupRun:
         """The run as the judge sees it: a parsed report, or the reason there is none."""
-        raw = f"$ {' '.join(self.argv)}\n{self.stdout}" + (f"\n--- srun stderr ---\n{self.stderr}" if self.stderr
+        how = self.launcher
+        raw = f"$ {' '.join(self.argv)}\n{self.stdout}" + (f"\n--- {how} stderr ---\n{self.stderr}" if self.stderr
                                                            else "")
         report = None
         error: str | None = None
         if self.timed_out:
-            error = f"srun did not finish within {self.seconds:.0f} s"
+            error = f"{how} did not finish within {self.seconds:.0f} s"
         elif self.returncode != 0:
-            tail = " | ".join(ln.strip() for ln in self.stderr.strip().splitlines()[-2:])
-            error = f"srun exited {self.returncode}: {tail[:300]}"
+            said = self.stderr.strip() or self.stdout.strip()  # a launcher's own words, wherever it put them
+            tail = " | ".join(ln.strip() for ln in said.splitlines()[-2:])
+            error = f"{how} exited {self.returncode}: {tail[:300]}"
         else:
             try:
                 report = parse_nccl(self.stdout, "all_reduce")
             except ParseError as exc:
                 error = f"no nccl-tests result: {exc}"
-        return GroupRun(self.nodes, self.kind, report, error, raw, job_id=self.job_id, profile=profile)
+        return GroupRun(self.nodes, self.kind, report, error, raw, job_id=self.job_id, profile=profile,
+                        launcher=self.launcher)
 
 
 @dataclass(frozen=True)
@@ -102,11 +123,7 @@ class Srun:
     srun: str = "srun"
 
     def argv(self, group: Sequence[str]) -> list[str]:
-        for n in group:
-            if not _NAME.match(n):
-                raise MultiNodeError(f"node name {n!r} is not allowed")
-        if len(group) < 2 or len(set(group)) != len(group):
-            raise MultiNodeError(f"a multi-node run needs two or more distinct nodes, not {list(group)}")
+        _check_group(group)
         if not _NAME.match(self.job_name) or (self.partition is not None and not _NAME.match(self.partition)):
             raise MultiNodeError("job or partition name is not allowed")
         words = [self.srun, "-v", "-l", f"--immediate={self.immediate_s}", "--exclusive",
@@ -153,6 +170,52 @@ class Srun:
                                   stdout.decode("utf-8", "replace"), _quiet(text_err),
                                   job.group(1) if job else None, wall0, clock() - t0, timed_out)
         return [r for r in out if r is not None]
+
+
+@dataclass(frozen=True)
+class SshMpirun:
+    """Launches all_reduce_perf across a group of nodes with ``mpirun``, started over SSH on its first node.
+
+    For nodes that no Slurm schedules (a Kubernetes pool, or none yet): the controller reaches
+    the group's first node through the fan-out's transport and runs ``mpirun --host a,b -np 2``
+    there, which starts one rank per node (Open MPI's ssh launcher, as the MPI operator does in a
+    Kubernetes cluster). Only rank 0 prints the table, as under srun. argv lists only; node names
+    are validated before anything runs.
+    """
+
+    transport: Transport
+    binary: str = "all_reduce_perf"
+    args: tuple[str, ...] = NCCL_ARGS
+    mpirun: str = "mpirun"
+
+    def argv(self, group: Sequence[str]) -> list[str]:
+        _check_group(group)
+        return [self.mpirun, "--allow-run-as-root", "--host", ",".join(group), "-np", str(len(group)),
+                "--map-by", "ppr:1:node", "--bind-to", "none", self.binary, *self.args]
+
+    def run_round(self, groups: Sequence[Group], kind: str, timeout_s: float,
+                  clock: Callable[[], float] = time.monotonic) -> list[LaunchRecord]:
+        """One mpirun per group, all at once (the groups are disjoint); one record per group, in order."""
+        argvs = [self.argv(g) for g in groups]  # all checked before the first launch
+
+        def one(group: Group, argv: list[str]) -> LaunchRecord:
+            wall0, t0 = time.time(), clock()
+            target = Target(group[0], group[0])
+            try:
+                run = self.transport.run(target, argv, timeout_s)
+            finally:
+                self.transport.release(target)
+            stderr = run.stderr
+            if run.exit_code == SSH_UNREACHABLE:
+                stderr = f"ssh to {group[0]} (the launching node) failed: {stderr}"
+            return LaunchRecord(tuple(group), kind, tuple(argv), None if run.timed_out else run.exit_code,
+                                run.stdout.decode("utf-8", "replace"), stderr, None, wall0, clock() - t0,
+                                run.timed_out, "mpirun")
+
+        if not groups:
+            return []
+        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="mpirun") as pool:
+            return list(pool.map(one, groups, argvs))
 
 
 def _quiet(stderr: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from acceptance import plots
 from acceptance.evidence import BundleMeta, tool_versions
 from acceptance.isolation import Isolation
-from acceptance.judge import NodeFinding, NodeInput, NodeJudgement, RackJudgement
+from acceptance.judge import NodeFinding, NodeInput, NodeJudgement, RackJudgement, Waiver
 from burnin.parsers.nccl import NcclReport
 from burnin.result import CheckResult, ResultFormatError
 from burnin.serde import from_dict
@@ -37,6 +37,7 @@ class ReportInput:
     meta: BundleMeta
     isolation: Isolation | None = None
     evidence_digest: str | None = None
+    waivers: Sequence[Waiver] = ()  # what the operator waived for this run (each node lists those it used)
 
 
 # ------------------------------------------------------------------ JSON
@@ -57,10 +58,13 @@ def to_json(r: ReportInput) -> str:
         "racklife_version": r.meta.racklife_version,
         "image": r.meta.image,
         "evidence_sha256": r.evidence_digest,
-        "summary": {"nodes": len(j.nodes), "passed": len(j.passed), "not_passed": len(j.not_passed)},
+        "waivers": [asdict(w) | {"nodes": [n.node for n in j.nodes if w in n.waivers]} for w in r.waivers],
+        "summary": {"nodes": len(j.nodes), "passed": len(j.passed), "not_passed": len(j.not_passed),
+                    "waived": len([n for n in j.nodes if n.waivers])},
         "nodes": [
             {"node": n.node, "position": by_input[n.node].position if n.node in by_input else None,
              "profile": n.profile, "verdict": n.verdict, "reasons": n.reasons(),
+             "waivers": [asdict(w) for w in n.waivers],
              "tool_versions": tool_versions(by_input[n.node]) if n.node in by_input else {},
              "findings": [asdict(f) for f in n.findings]}
             for n in j.nodes
@@ -68,7 +72,8 @@ def to_json(r: ReportInput) -> str:
         "fleet": [asdict(s) for s in j.fleet],
         "outlier_policy": asdict(j.policy),
         "multi_node": [{"nodes": list(g.run.nodes), "kind": g.run.kind, "verdict": g.verdict,
-                        "job_id": g.run.job_id, "finding": asdict(g.finding)} for g in j.groups],
+                        "launcher": g.run.launcher, "job_id": g.run.job_id, "finding": asdict(g.finding)}
+                       for g in j.groups],
         "isolation": _isolation_doc(r.isolation),
     }
     return json.dumps(doc, indent=2, default=str) + "\n"
@@ -116,6 +121,7 @@ def to_junit(r: ReportInput) -> str:
             "tests": str(len(cases)),
             "failures": str(sum(f.verdict == "fail" for f in cases)),
             "errors": str(sum(f.verdict == "error" for f in cases)),
+            "skipped": str(sum(f.source == "waiver" for f in cases)),
             "time": "0",
         })
         props = ET.SubElement(suite, "properties")
@@ -123,6 +129,8 @@ def to_junit(r: ReportInput) -> str:
                            ("operator", r.meta.operator), ("image", r.meta.image or ""),
                            ("verdict", n.verdict)):
             ET.SubElement(props, "property", {"name": key, "value": value})
+        for w in n.waivers:
+            ET.SubElement(props, "property", {"name": f"waiver.{w.check}", "value": _waiver_text(w)})
         total = 0.0
         for f in cases:
             check = _check_of(f, inp)
@@ -130,7 +138,9 @@ def to_junit(r: ReportInput) -> str:
             total += t
             case = ET.SubElement(suite, "testcase", {
                 "name": f.check, "classname": f"{r.meta.rack}.{n.node}", "time": f"{t:.3f}"})
-            if f.verdict != "pass":
+            if f.source == "waiver":  # not run, by an operator's decision: a skipped test, not a pass
+                ET.SubElement(case, "skipped", {"message": f.reason})
+            elif f.verdict != "pass":
                 body = json.dumps({"metric": f.metric, "measured": f.measured, "threshold": f.threshold,
                                    "source": f.source}, default=str)
                 tag = "failure" if f.verdict == "fail" else "error"
@@ -143,6 +153,10 @@ def to_junit(r: ReportInput) -> str:
         _junit_groups(root, r, stamp, len(r.judgement.nodes))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _waiver_text(w: Waiver) -> str:
+    return f"{w.check} waived by {w.by} at {w.at}: {w.reason}"
 
 
 def _junit_groups(root: ET.Element, r: ReportInput, stamp: str, idx: int) -> None:
@@ -180,6 +194,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin-top:28px;border-botto
 table{border-collapse:collapse;font-size:12px;width:100%} td,th{border:1px solid #ddd;padding:3px 6px;
 vertical-align:top;text-align:left} th{background:#f5f5f5}
 tr.f-fail td:nth-child(2){color:#c62828;font-weight:700} tr.f-error td:nth-child(2){color:#ef6c00;font-weight:700}
+.waiver{color:#6a1b9a;font-weight:700}
 details{margin:6px 0} summary{cursor:pointer;font-weight:600} code{font-size:11px;word-break:break-all}
 """
 
@@ -210,11 +225,12 @@ def _node_section(n: NodeJudgement, inp: NodeInput | None) -> str:
         f"<td>{_e(f.reason)}</td></tr>"
         for f in sorted(n.findings, key=lambda f: (f.verdict == "pass", f.check)))
     versions = ", ".join(f"{k} {v}" for k, v in tool_versions(inp).items()) if inp else ""
-    opened = " open" if not n.passed else ""
+    opened = " open" if not n.passed or n.waivers else ""
+    waived = "".join(f'<p class="waiver">WAIVED: {_e(_waiver_text(w))}</p>' for w in n.waivers)
     return (f'<details class="node" data-node="{_e(n.node)}" data-verdict="{_e(n.verdict)}"{opened}>'
             f'<summary>{_e(n.node)} — {_e(n.verdict)} ({_e(n.profile)})</summary>'
             f'<p class="meta">tools: {_e(versions) or "none reported"}'
-            f'{"; " + _e(inp.error) if inp and inp.error else ""}</p>'
+            f'{"; " + _e(inp.error) if inp and inp.error else ""}</p>{waived}'
             f"<table><tr><th>check</th><th>verdict</th><th>source</th><th>measured</th><th>threshold</th>"
             f"<th>why</th></tr>{rows}</table></details>")
 
@@ -260,6 +276,12 @@ def to_html(r: ReportInput) -> str:
                f"{_e(', '.join('-'.join(x) for x in sorted(i.bad_links)) or 'none')}; unresolved: "
                f"{_e(', '.join(sorted(i.unresolved)) or 'none')}.</p>")
     details = "".join(_node_section(n, by_input.get(n.node)) for n in j.nodes)
+    waivers = ""
+    if r.waivers:
+        items = "".join(f'<li data-waiver="{_e(w.check)}">{_e(_waiver_text(w))} — applied to '
+                        f'{_e(", ".join(n.node for n in j.nodes if w in n.waivers) or "no node")}</li>'
+                        for w in r.waivers)
+        waivers = f'<h2>Waivers</h2><ul id="waivers">{items}</ul>'
     m = r.meta
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Acceptance {_e(m.rack)}</title>
@@ -271,6 +293,7 @@ def to_html(r: ReportInput) -> str:
 <p class="counts"><span class="c-total">nodes <b id="count-total">{len(j.nodes)}</b></span>
 <span class="c-pass">passed <b id="count-pass">{passed}</b></span>
 <span class="c-fail">not passed <b id="count-fail">{not_passed}</b></span></p>
+{waivers}
 <h2>Rack overview</h2><div class="rack" id="rack-grid">{grid}</div>
 <h2>busbw vs message size</h2>{node_plot}
 {group_plot}

@@ -60,6 +60,11 @@ class NcclLimits:
 
 
 @dataclass(frozen=True)
+class MultiNodeLimits:
+    levels: tuple[str, ...]  # the levels at which a node must have run all_reduce across nodes
+
+
+@dataclass(frozen=True)
 class IbLimits:
     ports_min: int
     rate_gbps: float
@@ -88,6 +93,7 @@ class Profile:
     ib: IbLimits
     stress: StressLimits
     checks: dict[str, tuple[str, ...]]  # level → the checks that level runs
+    multi_node: MultiNodeLimits
 
 
 def _get(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -131,6 +137,10 @@ def from_toml(text: str, where: str = "profile") -> Profile:
     s = _get(doc, "stress", dict, where)
     x = _get(doc, "xid", dict, where)
     checks = _per_level(doc, "checks", list, where)
+    m = _get(doc, "multi_node", dict, where)
+    mn_levels = _strs(m, "levels", "multi_node")
+    if unknown := [lvl for lvl in mn_levels if lvl not in LEVELS]:
+        raise ProfileError(f"multi_node.levels: unknown level(s) {unknown}; known: {', '.join(LEVELS)}")
     return Profile(
         name=_get(doc, "name", str, where),
         description=_get(doc, "description", str, where),
@@ -184,6 +194,7 @@ def from_toml(text: str, where: str = "profile") -> Profile:
             gemm_size=_get(s, "gemm_size", int, "stress"),
         ),
         checks={k: tuple(v) for k, v in checks.items()},
+        multi_node=MultiNodeLimits(levels=mn_levels),
     )
 
 

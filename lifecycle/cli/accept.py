@@ -1,14 +1,18 @@
-"""`racklife accept RACK|--nodes …`: burn in, run multi-node NCCL through Slurm, judge, keep the evidence, gate."""
+"""`racklife accept RACK|--nodes …`: burn in, run multi-node NCCL (Slurm or SSH), judge, keep the evidence, gate."""
 
 from __future__ import annotations
 
 import getpass
 import os
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from acceptance.coverage import WAIVABLE
+from acceptance.judge import Waiver
 from lifecycle.cli._common import BAD_INPUT, FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
@@ -29,7 +33,9 @@ def accept_cmd(
     max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024),
     timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds per node for burn-in."),
     multi_node: bool = typer.Option(True, "--multi-node/--no-multi-node",
-                                    help="Run all_reduce across nodes through Slurm (srun) after burn-in."),
+                                    help="Run all_reduce across nodes after burn-in (srun in Slurm pools, "
+                                         "mpirun over SSH in the others); where the profile requires it, "
+                                         "--no-multi-node leaves nodes unaccepted unless waived."),
     nccl_tests: str | None = typer.Option(None, "--nccl-tests", envvar="RACKLIFE_NCCL_TESTS",
                                           help="all_reduce_perf for multi-node runs (default: the one on the "
                                                "nodes' PATH)."),
@@ -37,11 +43,24 @@ def accept_cmd(
                                              help="Seconds per round of multi-node srun jobs."),
     max_parallel: int | None = typer.Option(None, "--max-parallel-runs", min=1,
                                             help="At most this many multi-node jobs at once (default: a round)."),
+    waive: list[str] = typer.Option([], "--waive",
+                                    help="Waive a required check, by name: multi-node (needs --reason; the "
+                                         "waiver, who gave it and why go into every record and report)."),
+    reason: str | None = typer.Option(None, "--reason", help="Why the waived check is waived (with --waive)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Accept a rack: passing nodes become `accepted`; failing ones `quarantined` (and drained in Slurm)."""
     if level not in ("quick", "standard", "full"):
         fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
+    if bad := [w for w in waive if w not in WAIVABLE]:
+        fail(f"--waive {bad[0]!r}: only {', '.join(WAIVABLE)} can be waived", BAD_INPUT)
+    if waive and not (reason and reason.strip()):
+        fail("--waive needs --reason TEXT: a waiver says why", BAD_INPUT)
+    if reason is not None and not waive:
+        fail("--reason is the reason for a --waive; give the check to waive", BAD_INPUT)
+    who = operator or getpass.getuser()
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    waivers = tuple(Waiver(w, who, (reason or "").strip()[:500], at) for w in dict.fromkeys(waive))
     if (rack is None) == (nodes is None):
         fail("give a RACK or --nodes (exactly one)", BAD_INPUT)
     if not ssh_config.is_file():
@@ -67,7 +86,7 @@ def accept_cmd(
     work = default_home() / "acceptance" / wid
     cfg = accept.AcceptSettings(
         level=level, work_dir=str(work), report_dir=str(report_dir or work / "reports"),
-        operator=operator or getpass.getuser(), ssh_config=str(ssh_config.resolve()), profile=profile,
+        operator=who, ssh_config=str(ssh_config.resolve()), profile=profile, waivers=waivers,
         burnin_python=burnin_python, max_in_flight=max_in_flight, timeout_s=timeout, multi_node=multi_node,
         nccl_binary=nccl_tests, multi_node_timeout_s=multi_node_timeout, multi_node_max_parallel=max_parallel)
     with Controller("accept", say=lambda m: err_console.print(m, markup=False)) as ctl:
@@ -83,9 +102,12 @@ def accept_cmd(
             handle = ctl.start(accept.accept_nodes, names, cfg, workflow_id=wid, nodes=names)
             err_console.print(f"accepting {len(names)} node(s) at level {level} as run {wid}; "
                               f"reports in {cfg.report_dir}", markup=False)
+        for w in cfg.waivers:
+            err_console.print(f"WAIVED {w.check} by {w.by}: {w.reason}", markup=False)
         verdicts: list[dict[str, Any]] = handle.get_result()
     if as_json:
-        emit_json({"run_id": wid, "report_dir": cfg.report_dir, "nodes": verdicts})
+        emit_json({"run_id": wid, "report_dir": cfg.report_dir, "waivers": [asdict(w) for w in cfg.waivers],
+                   "nodes": verdicts})
     else:
         emit_table(f"acceptance {wid}", ["node", "verdict", "state", "why"],
                    [(v["node"], "REFUSED" if v.get("refused_by") else "PASS" if v["passed"] else "FAIL",

@@ -1,24 +1,23 @@
 """Rack acceptance as a durable workflow: burn in, judge, keep the evidence, gate the nodes.
 
 Nodes move provisioned (or accepted, quarantined, drained) → burning_in; burn-in
-fans out over SSH; nodes that pass it run all_reduce across nodes through Slurm
-(``srun``: pairs and rings from the topology labels, then isolation rounds when a
-run is slow); the rack is judged against each node's SKU profile, against its
-peers and by the multi-node runs; the evidence bundle and the three reports are written;
-then every node gets an acceptance record and moves to ``accepted`` or
-``quarantined``. A quarantined node in a Slurm pool is drained with
+fans out over SSH; nodes that pass it run all_reduce across nodes (``srun`` in a
+Slurm pool, ``mpirun`` started over SSH in a Kubernetes pool or none: pairs and rings
+from the topology labels, then isolation rounds when a run is slow); the rack is
+judged against each node's SKU profile, against its peers, by the multi-node runs
+each node took part in, and on whether the multi-node testing its profile requires at
+this level was done (or explicitly waived by the operator); the evidence bundle
+(signed with the controller's key) and the three reports are written; then every node
+gets an acceptance record (with the bundle's digest and any waiver) and moves to
+``accepted`` or ``quarantined``. A quarantined node in a Slurm pool is drained with
 racklife's owner prefix so the scheduler stops using it. Missing data is a
 failure (the judge fails closed).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,15 +26,12 @@ from typing import Any
 from dbos import DBOS
 
 from acceptance import plots
+from acceptance.coverage import MultiNodeDemand, judge_acceptance
 from acceptance.evidence import BundleMeta, write_bundle
 from acceptance.fanout import BurninCommand, NodeOutcome, Target, fan_out, to_input
-from acceptance.isolation import Isolation
-from acceptance.judge import GroupRun, NodeInput, Request, judge_group, judge_rack
-from acceptance.multinode import LaunchRecord, Srun, run_stage
+from acceptance.judge import NodeInput, Request, Waiver, judge_rack
 from acceptance.reports import ReportInput, write_reports
 from acceptance.signing import ControllerKey
-from acceptance.topology import Placement
-from burnin import profiles as burnin_profiles
 from burnin.result import load_result
 from lifecycle import __version__
 from lifecycle.drivers.slurm.driver import SlurmDriver
@@ -43,11 +39,11 @@ from lifecycle.model.inventory import Pool
 from lifecycle.model.states import Actor
 from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
 from lifecycle.store.db import default_home
+from lifecycle.workflows.accept_multinode import NCCL_LOOKUP_S, ask_nccl_binary, multi_node_runs, run_multi_node
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
-NCCL_LOOKUP_S = 30.0  # seconds for `command -v all_reduce_perf` on a node
 
 
 @dataclass(frozen=True)
@@ -65,6 +61,7 @@ class AcceptSettings:
     nccl_binary: str | None = None  # None: the all_reduce_perf on the nodes' PATH, asked over SSH
     multi_node_timeout_s: float = 1800.0  # per round of srun jobs
     multi_node_max_parallel: int | None = None  # srun jobs at once; None: a whole round
+    waivers: tuple[Waiver, ...] = ()  # what the operator waived for this run (racklife accept --waive)
     slurm_ready_s: float = 120.0  # how long to wait for just-provisioned nodes to be idle in Slurm
 
 
@@ -124,7 +121,7 @@ def _lookup_nccl_binary(cfg: AcceptSettings, node: str, profile: str, found: dic
     A failure here only means no answer: the multi-node stage then asks a node that passed
     burn-in itself, in its own step, where an error is raised and recorded as usual."""
     try:
-        found[profile] = _ask_nccl_binary(cfg, node)
+        found[profile] = ask_nccl_binary(cfg, node)
     except Exception:  # any failure: no answer, asked again by the stage
         found[profile] = None
 
@@ -158,121 +155,6 @@ def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: Acce
                           {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
 
 
-def _placement(rec: NodeRecord) -> Placement:
-    """The node's fabric labels; without them the rack is its leaf and one spine serves all."""
-    topo = rec.spec.get("topology") or {}
-    return Placement(rec.name, topo.get("leaf") or rec.rack, topo.get("spine") or "spine", topo.get("nvlink_block"))
-
-
-def schedulable(nodes: list[str], wait_s: float, driver: SlurmDriver | None = None,
-                sleep: Callable[[float], None] = time.sleep,
-                clock: Callable[[], float] = time.monotonic) -> tuple[list[str], dict[str, str]]:
-    """Nodes Slurm can run an exclusive job on now (waiting up to ``wait_s`` for ones that are
-    still coming up, never for drained ones), and why not the rest."""
-    from lifecycle.drivers.errors import DriverError
-    from lifecycle.drivers.slurm.runner import CommandRunner
-
-    driver = driver or SlurmDriver(CommandRunner(env=_slurm_env()))
-    deadline = clock() + wait_s
-    while True:
-        try:
-            found = {n.name: n for n in driver.nodes(nodes)}
-        except (DriverError, ValueError) as exc:
-            return [], {n: f"Slurm does not know the node: {exc}" for n in nodes}
-        why: dict[str, str] = {}
-        waiting = False
-        for n in nodes:
-            st = found[n].state
-            if st.drain:  # stays so until someone resumes it: not worth waiting for
-                why[n] = f"drained in Slurm ({found[n].owner.describe()}): jobs cannot run there"
-            elif not st.responding or st.powered_down or st.base != "idle":
-                why[n] = f"not idle in Slurm (state {st}): an exclusive job would wait for it"
-                waiting = True
-        if not waiting or clock() >= deadline:
-            return [n for n in nodes if n not in why], why
-        sleep(1.0)
-
-
-def _slurm_env() -> dict[str, str]:
-    """The controller's environment for Slurm clients, without a slurmrestd token: srun authenticates
-    with munge, and a SLURM_JWT in its environment makes step launch fail."""
-    return {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
-
-
-def _nccl_binary(cfg: AcceptSettings, node: str, found: str | None = None) -> str:
-    """The configured all_reduce_perf, else the one found during burn-in, else the one on ``node``'s
-    PATH (asked over SSH), else the bare name."""
-    if cfg.nccl_binary:
-        return cfg.nccl_binary
-    return found or _ask_nccl_binary(cfg, node) or "all_reduce_perf"
-
-
-def _ask_nccl_binary(cfg: AcceptSettings, node: str) -> str | None:
-    """The absolute path of all_reduce_perf on ``node``'s PATH, or None."""
-    from acceptance.ssh_fabric import FabricSSH
-
-    ssh = FabricSSH(Path(cfg.ssh_config))
-    try:
-        run = ssh.run(Target(node, node), ["sh", "-c", "command -v all_reduce_perf"], NCCL_LOOKUP_S)
-    finally:
-        ssh.close()
-    path = run.stdout.decode("utf-8", "replace").strip() if run.exit_code == 0 else ""
-    return path if path.startswith("/") and "\n" not in path else None
-
-
-def _slow(limits: burnin_profiles.Profile, run: GroupRun) -> bool:
-    """The isolation oracle: a run that missed the profile's multi-node floor, or gave no result."""
-    return judge_group(run, limits).verdict != "pass"
-
-
-def run_multi_node(recs: dict[str, NodeRecord], profiles: dict[str, str], passed: dict[str, bool],
-                   pools: dict[str, Pool], cfg: AcceptSettings, run_id: str,
-                   binaries: dict[str, str] | None = None) -> dict[str, Any]:
-    """Pair the nodes that passed burn-in, per profile and Slurm partition; every node left out says why.
-
-    ``binaries``: all_reduce_perf per profile as found during burn-in (else asked of a node now)."""
-    left: dict[str, str] = {}
-    by_key: dict[tuple[str, str], list[str]] = {}
-    for n, rec in recs.items():
-        pool = pools[n]
-        if not passed[n]:
-            left[n] = "failed single-node burn-in: not paired"
-        elif pool.scheduler != "slurm" or not pool.partition:
-            left[n] = f"pool '{rec.pool}' is not a Slurm pool: multi-node runs go through srun"
-        else:
-            by_key.setdefault((profiles[n], pool.partition), []).append(n)
-    stages = []
-    for (profile, partition), members in sorted(by_key.items()):
-        ready, waiting = schedulable(sorted(members), cfg.slurm_ready_s)
-        left.update(waiting)
-        if len(ready) < 2:
-            left.update({n: "no second schedulable node of its profile in its partition" for n in ready})
-            continue
-        limits = burnin_profiles.load(profile)
-        binary = _nccl_binary(cfg, ready[0], (binaries or {}).get(profile))
-        srun = Srun(job_name=f"racklife-{run_id}", partition=partition, binary=binary,
-                    env=_slurm_env(), time_limit_min=max(1, int(cfg.multi_node_timeout_s // 60)))
-        stage = run_stage([_placement(recs[n]) for n in ready],
-                          functools.partial(srun.run_round, timeout_s=cfg.multi_node_timeout_s),
-                          functools.partial(_slow, limits), profile=profile,
-                          max_parallel=cfg.multi_node_max_parallel)
-        stages.append({"profile": profile, "partition": partition, "nccl_binary": srun.binary, **stage.to_dict()})
-    return {"stages": stages, "left_out": left}
-
-
-def _multi_node_runs(mn: dict[str, Any]) -> tuple[list[GroupRun], dict[str, str], Isolation | None]:
-    runs: list[GroupRun] = []
-    culprits: dict[str, str] = {}
-    isolation = None
-    for st in mn.get("stages", []):
-        runs += [LaunchRecord.from_dict(x).group_run(st["profile"]) for x in st["launches"]]
-        if st.get("isolation"):
-            iso = Isolation.from_dict(st["isolation"])
-            culprits.update(iso.culprits())
-            isolation = isolation or iso
-    return runs, culprits, isolation
-
-
 @DBOS.step()
 def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: AcceptSettings,
                      started_at: str, mn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -281,8 +163,12 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
     inputs = node_inputs(nodes, collected, recs, run_id, cfg.level)
-    runs, culprits, isolation = _multi_node_runs(mn or {})
-    judgement = judge_rack(inputs, groups=runs, culprits=culprits)
+    runs, culprits, isolation = multi_node_runs(mn or {})
+    left_out = dict(mn["left_out"]) if mn is not None else \
+        {n: "multi-node runs were turned off (--no-multi-node)" for n in nodes}
+    waivers = cfg.waivers
+    judgement = judge_acceptance(inputs, groups=runs, culprits=culprits,
+                                 demand=MultiNodeDemand(cfg.level, left_out, waivers))
     ended = datetime.now(UTC).isoformat(timespec="seconds")
     racks = sorted({r.rack for r in recs.values()})
     meta = BundleMeta(",".join(racks), cfg.operator, started_at, ended, __version__, cfg.level,
@@ -293,7 +179,7 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg
     digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta, isolation=isolation,
                           extra_rack_data={"multi_node_stage": _stage_summary(mn or {})}, signer=signer)
     write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, isolation=isolation,
-                                                    evidence_digest=digest))
+                                                    evidence_digest=digest, waivers=waivers))
     verdicts = []
     now = datetime.now(UTC)
     existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
@@ -302,7 +188,7 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg
         rec_id = f"{run_id}:{j.node}"
         pool = pools[recs[j.node].pool]
         summary = {"verdict": j.verdict, "reasons": j.reasons(), "profile": j.profile,
-                   "report_dir": cfg.report_dir,
+                   "report_dir": cfg.report_dir, "waivers": [asdict(w) for w in j.waivers],
                    "findings": [json.loads(json.dumps(asdict(f), default=str)) for f in j.findings]}
         if rec_id not in existing[j.node]:  # a step re-run after a crash must not insert twice
             store.add_acceptance_record(AcceptanceRecord(
@@ -325,7 +211,6 @@ def _stage_summary(mn: dict[str, Any]) -> dict[str, Any]:
 def quarantine_in_slurm(node: str, reason: str) -> str:
     """Drain a quarantined node in Slurm, owned by this run; say what happened (never raises)."""
     from lifecycle.drivers.errors import DriverError
-    from lifecycle.drivers.slurm.driver import SlurmDriver
     from lifecycle.drivers.slurm.runner import CommandRunner
 
     try:

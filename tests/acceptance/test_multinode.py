@@ -245,7 +245,7 @@ def test_srun_refuses_unsafe_names() -> None:
 
 def test_pairing_waits_for_booting_nodes_but_never_for_drained_ones() -> None:
     from lifecycle.drivers.slurm.driver import SlurmDriver
-    from lifecycle.workflows.accept import schedulable
+    from lifecycle.workflows.accept_multinode import schedulable
 
     states = [{"node-01": "IDLE", "node-02": "DOWN*", "node-03": "IDLE+DRAIN Reason=fan_check"},
               {"node-01": "IDLE", "node-02": "IDLE", "node-03": "IDLE+DRAIN Reason=fan_check"}]

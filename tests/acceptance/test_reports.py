@@ -47,7 +47,7 @@ def written(report: ReportInput, tmp_path_factory: pytest.TempPathFactory) -> di
 
 def test_json_report(report: ReportInput) -> None:
     doc = json.loads(to_json(report))
-    assert doc["summary"] == {"nodes": 8, "passed": 5, "not_passed": 3}
+    assert doc["summary"] == {"nodes": 8, "passed": 5, "not_passed": 3, "waived": 0}
     a05 = next(n for n in doc["nodes"] if n["node"] == "gpu-a05")
     assert a05["verdict"] == "fail" and a05["position"] == 5
     assert any("ib.ports" in r for r in a05["reasons"])

@@ -53,8 +53,9 @@ class RunningLab:
         data: dict[str, Any] = json.loads(res.stdout)
         return data
 
-    def racklife(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return run(self.env, *args, timeout=timeout)
+    def racklife(self, *args: str, timeout: float = 600,
+                 env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run(self.env | (env_extra or {}), *args, timeout=timeout)
 
     def down(self) -> None:
         run(dict(os.environ), "lab", "down", "--dir", str(self.dir))

@@ -73,7 +73,7 @@ def test_six_pass_two_quarantined_with_reasons(lab: RunningLab, accepted: dict[s
 def test_multi_node_rounds_ran_through_slurm_and_isolated_the_lossy_link(
         lab: RunningLab, accepted: dict[str, object]) -> None:
     report = json.loads(next(Path(str(accepted["reports"])).glob("*.json")).read_text())
-    runs = report["multi_node"]
+    runs = [r for r in report["multi_node"] if r["launcher"] == "srun"]
     kinds = [r["kind"] for r in runs]
     assert kinds[:3] == ["same_leaf_pairs", "same_leaf_pairs", "ring"], kinds
     assert all(k.startswith("isolation-r") for k in kinds[3:]) and len(kinds) > 3
@@ -96,11 +96,31 @@ def test_multi_node_rounds_ran_through_slurm_and_isolated_the_lossy_link(
         assert "NumNodes=" + str(len(r["nodes"])) in shown
     evidence = Path(lab.env["RACKLIFE_HOME"]) / "acceptance" / str(accepted["run_id"]) / "evidence"
     rack = json.loads((evidence / "rack.json").read_text())
-    [stage] = rack["multi_node_stage"]["stages"]
+    stage, k8s = rack["multi_node_stage"]["stages"]
     assert stage["rounds"] == 3 and stage["isolation_rounds"] == 1 and stage["slurm_jobs"] == jobs
+    assert (stage["launcher"], k8s["launcher"], k8s["pool"]) == ("srun", "mpirun", "inference")
     assert rack["multi_node_stage"]["left_out"]["node-03"].startswith("failed single-node burn-in")
     raw = sorted((evidence / "multi_node").glob("*-ring.txt"))
     assert raw and "srun" in raw[0].read_text() and "0: # Avg bus bandwidth" in raw[0].read_text()
+
+
+def test_kubernetes_pool_nodes_are_paired_over_ssh(lab: RunningLab, accepted: dict[str, object]) -> None:
+    """node-07 and node-08 are in the inference pool (no Slurm): all_reduce across them ran as mpirun
+    started over SSH on node-07, the lab's mpirun starting its all_reduce_perf on both, and each of
+    them carries that run's verdict."""
+    report = json.loads(next(Path(str(accepted["reports"])).glob("*.json")).read_text())
+    ssh_runs = [r for r in report["multi_node"] if r["launcher"] == "mpirun"]
+    assert ssh_runs and all(sorted(r["nodes"]) == ["node-07", "node-08"] for r in ssh_runs)
+    assert all(r["verdict"] == "pass" and r["job_id"] is None and r["finding"]["measured"] >= 368.0
+               for r in ssh_runs)
+    for node in ("node-07", "node-08"):
+        n = next(x for x in report["nodes"] if x["node"] == node)
+        runs = next(f for f in n["findings"] if f["check"] == "multi_node.runs")
+        assert n["verdict"] == "pass" and runs["verdict"] == "pass" and "node-07+node-08" in runs["reason"]
+    evidence = Path(lab.env["RACKLIFE_HOME"]) / "acceptance" / str(accepted["run_id"]) / "evidence"
+    raw = sorted((evidence / "multi_node").glob("*.txt"))
+    mpi = [p.read_text() for p in raw if p.read_text().startswith("$ mpirun")]
+    assert mpi and "--host node-07,node-08" in mpi[0] and "# Avg bus bandwidth" in mpi[0]
 
 
 def test_quarantined_training_nodes_are_drained_by_racklife(lab: RunningLab, accepted: dict[str, object]) -> None:
@@ -164,3 +184,33 @@ def test_join_gate_follows_acceptance(lab: RunningLab, accepted: dict[str, objec
     refused = lab.racklife("slurm", "join", "node-03", "--json")
     assert refused.returncode == 5
     assert "acceptance" in json.loads(refused.stdout)[0]["reason"]
+
+
+def test_required_multi_node_not_done_is_not_accepted_unless_waived(lab: RunningLab, accepted: dict[str, object],
+                                                                    tmp_path: Path) -> None:
+    """At standard the profile requires multi-node testing. node-08 alone has no peer in its pool:
+    not accepted. Waived by name with a reason, it is accepted, and the waiver, who gave it and
+    why are in its acceptance record and in the JSON, JUnit and HTML reports."""
+    alone = lab.racklife("accept", "--nodes", "node-08", "--level", "standard", "--json",
+                         "--report-dir", str(tmp_path / "r1"), "--operator", "ops@example", timeout=600)
+    assert alone.returncode == 1, alone.stdout + alone.stderr
+    [v] = json.loads(alone.stdout)["nodes"]
+    assert v["state"] == "quarantined"
+    assert any(r.startswith("multi_node.required: multi-node testing is required at level standard")
+               and "no second node" in r for r in v["reasons"]), v["reasons"]
+    no_reason = lab.racklife("accept", "--nodes", "node-08", "--level", "standard", "--waive", "multi-node")
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+    waived = lab.racklife("accept", "--nodes", "node-08", "--level", "standard", "--json",
+                          "--report-dir", str(tmp_path / "r2"), "--waive", "multi-node",
+                          "--reason", "peer node-07 out for RMA", timeout=600, env_extra={"USER": "carol", "LOGNAME": "carol"})
+    assert waived.returncode == 0, waived.stdout + waived.stderr
+    [v] = json.loads(waived.stdout)["nodes"]
+    assert v["state"] == "accepted"
+    shown = json.loads(lab.racklife("node", "show", "node-08", "--json").stdout)["acceptance"][0]
+    assert shown["passed"] and shown["level"] == "standard"
+    assert shown["waivers"] == [{"check": "multi-node", "by": "carol", "reason": "peer node-07 out for RMA",
+                                 "at": shown["waivers"][0]["at"]}]
+    report = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert report["waivers"][0]["by"] == "carol" and report["waivers"][0]["nodes"] == ["node-08"]
+    assert 'name="waiver.multi-node"' in (tmp_path / "r2" / "junit.xml").read_text()
+    assert "waived by carol" in (tmp_path / "r2" / "report.html").read_text()

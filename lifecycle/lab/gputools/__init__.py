@@ -24,4 +24,5 @@ TOOLS = (
     "ibv_devinfo",
     "dmesg",
     "dmidecode",
+    "mpirun",
 )

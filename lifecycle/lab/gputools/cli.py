@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, multinode, nccl, nvsmi, timing
+from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, mpirun, multinode, nccl, nvsmi, timing
 from lifecycle.lab.gputools.state import NODE_FILE, NodeState, load
 
 LAUNCHER = "gputool"
@@ -52,6 +52,8 @@ def run(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str] | Non
 def _answer(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) -> tuple[str, int]:
     if tool in nccl.OPS:
         return _nccl(tool, argv, node_dir, env)
+    if tool == "mpirun":
+        return mpirun.main(argv, node_dir)
     s = load(node_dir)
     if tool == "nvidia-smi":
         return nvsmi.main(argv, s)

@@ -102,7 +102,7 @@ def tool_seconds(tool: str, argv: list[str], output: str, table: Mapping[str, fl
     """The real tool's duration for this call, before scaling."""
     if "--version" in argv or argv in (["-v"], ["-V"]):
         return table["version"]
-    if tool.endswith("_perf"):
+    if tool.endswith("_perf") or tool == "mpirun":  # mpirun takes as long as the run it launched
         return nccl_seconds(output, table["nccl.init"]) if output.strip() else 0.0
     if tool == "dcgmi":
         level = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-r", "--run")), "")
