@@ -66,6 +66,12 @@ def test_the_deadline_ends_a_blocked_drain_and_says_why(cluster: Any, clock: Any
     assert not report.complete
     assert report.evicted == ("default/batch-1",)
     assert report.blocked == {"default/web-a": "The disruption budget web needs 2 healthy pods and has 2 currently"}
+    (blocker,) = report.blockers
+    assert blocker.pod == "default/web-a" and blocker.budget is not None
+    assert (blocker.budget.name, blocker.budget.figure, blocker.budget.disruptions_allowed) == \
+        ("web", "minAvailable 2", 0)
+    assert "blocked default/web-a: held by PodDisruptionBudget default/web (minAvailable 2; 2 healthy of 2 " \
+           "expected, 2 needed, 0 disruptions allowed)" in report.describe()
     assert sum(clock.sleeps) == pytest.approx(45)  # 10 + 20 + the 15 s left, never past the deadline
     assert clock.sleeps == [10, 20, 15]
     assert {p.key for p in driver.pods_on("gpu-01", {"app": "web"})} == {"default/web-a"}

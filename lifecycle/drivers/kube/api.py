@@ -27,6 +27,7 @@ from lightkube import ApiError, Client, ConfigError
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod, PodEviction
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
 from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, NotSupported, OperationFailed, Unreachable
@@ -34,6 +35,7 @@ from lifecycle.drivers.kube.base import Conflict, KubeDriver
 from lifecycle.drivers.kube.types import (
     GPU_RESOURCE,
     MIRROR_ANNOTATION,
+    Budget,
     KubeNode,
     KubePod,
     Taint,
@@ -127,6 +129,24 @@ def pod_from_api(pod: Pod) -> KubePod:
     )
 
 
+def budget_from_api(pdb: PodDisruptionBudget) -> Budget:
+    meta = pdb.metadata or ObjectMeta()
+    spec, status = pdb.spec, pdb.status
+    selector: dict[str, Any] = {}
+    if spec and spec.selector:
+        selector["matchLabels"] = dict(spec.selector.matchLabels or {})
+        selector["matchExpressions"] = [{"key": e.key, "operator": e.operator, "values": list(e.values or [])}
+                                        for e in spec.selector.matchExpressions or []]
+    return Budget(
+        namespace=meta.namespace or "default", name=meta.name or "", selector=selector,
+        min_available=spec.minAvailable if spec else None, max_unavailable=spec.maxUnavailable if spec else None,
+        expected_pods=(status.expectedPods or 0) if status else 0,
+        current_healthy=(status.currentHealthy or 0) if status else 0,
+        desired_healthy=(status.desiredHealthy or 0) if status else 0,
+        disruptions_allowed=(status.disruptionsAllowed or 0) if status else 0,
+    )
+
+
 @dataclass
 class KubeApiDriver(KubeDriver):
     client: Client
@@ -189,6 +209,10 @@ class KubeApiDriver(KubeDriver):
                     return "; ".join(words)
                 raise
         return None
+
+    def budgets(self, namespace: str) -> list[Budget]:
+        with _edge(f"{self.target} poddisruptionbudgets in {namespace}"):
+            return [budget_from_api(b) for b in self.client.list(PodDisruptionBudget, namespace=namespace)]
 
     # ------------------------------------------------------------ watch
 

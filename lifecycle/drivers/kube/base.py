@@ -18,12 +18,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from lifecycle.drivers.errors import OperationFailed, TemporaryError
+from lifecycle.drivers.kube import names
+from lifecycle.drivers.kube import selectors as sel
 from lifecycle.drivers.kube.types import (
     CORDON_REASON,
     CORDONED_BY,
     MAINTENANCE_TAINT,
     MANAGED,
     POOL_LABEL,
+    Blocker,
+    Budget,
     CordonOwner,
     CordonResult,
     DrainReport,
@@ -35,6 +39,7 @@ from lifecycle.drivers.kube.types import (
     check_run_id,
     maintenance_taint,
 )
+from lifecycle.model.inventory import Inventory
 
 CONFLICT_ATTEMPTS = 5
 
@@ -83,15 +88,28 @@ class KubeDriver(ABC):
     def _evict(self, pod: KubePod) -> str | None:
         """Ask the Eviction subresource; None when the pod is gone or going, else the budget's refusal."""
 
+    @abstractmethod
+    def budgets(self, namespace: str) -> list[Budget]:
+        """The PodDisruptionBudgets of a namespace, with their status."""
+
     # ------------------------------------------------------------ read-modify-write
 
-    def _update_node(self, name: str, change: Callable[[KubeNode], dict[str, Any] | None]) -> KubeNode:
-        """Apply ``change(current)`` as a conditional patch, re-reading on conflict (the one retry layer)."""
+    def _update_node(self, name: str, change: Callable[[KubeNode], dict[str, Any] | None],
+                     lifting_for: str | None = None) -> KubeNode:
+        """Apply ``change(current)`` as a conditional patch, re-reading on conflict (the one retry layer).
+
+        Every node write of racklife passes here, so here is where a cordon
+        racklife does not hold is protected: a patch that would make a
+        cordoned node schedulable, or change who its annotation says cordoned
+        it, is refused (``NotOurs``) unless it is ``uncordon`` lifting the
+        cordon of the run that holds it (``lifting_for``).
+        """
         for _ in range(CONFLICT_ATTEMPTS):
             current = self.node(name)
             patch = change(current)
             if patch is None:
                 return current
+            _guard(current, patch, lifting_for)
             patch.setdefault("metadata", {})["resourceVersion"] = current.resource_version
             try:
                 return self._patch_node(name, patch)
@@ -148,7 +166,7 @@ class KubeDriver(ABC):
                 "spec": {"unschedulable": None, "taints": [t.to_api() for t in node.taints if t != ours]},
             }
 
-        self._update_node(name, change)
+        self._update_node(name, change, lifting_for=run_id)
         return CordonResult(name, "uncordoned" if current.unschedulable else "already", owner)
 
     # ------------------------------------------------------------ pools
@@ -190,17 +208,23 @@ class KubeDriver(ABC):
 
     # ------------------------------------------------------------ drain
 
-    def drain(self, name: str, *, deadline_s: float, backoff: EvictionBackoff | None = None) -> DrainReport:
+    def drain(self, name: str, *, deadline_s: float, backoff: EvictionBackoff | None = None,
+              run_id: str | None = None) -> DrainReport:
         """Evict every evictable pod from a cordoned node, honouring PodDisruptionBudgets.
 
         A 429 from a budget is retried with backoff until ``deadline_s``;
-        then the pods still refused are reported, with the budget's words.
-        DaemonSet pods and mirror pods are skipped and reported. The node must
-        be cordoned first, or evicted pods could land on it again.
+        then the pods still refused are reported with the budget that holds
+        each (``DrainReport.blockers``). DaemonSet pods and mirror pods are
+        skipped and reported. The node must be cordoned first, or evicted pods
+        could land on it again; with ``run_id``, by that run: the pods on a
+        node someone else cordoned are theirs to move, not racklife's.
         """
         node = self.node(name)
         if not node.unschedulable:
             raise OperationFailed(name, "refusing to drain a schedulable node: cordon it first")
+        if run_id is not None and node.owner != CordonOwner("racklife", check_run_id(run_id)):
+            raise OperationFailed(name, f"refusing to drain: the cordon is not held by racklife run {run_id!r} "
+                                  f"but by {node.owner.describe()}")
         start = self.clock()
         deadline = start + deadline_s
         delays = (backoff or EvictionBackoff()).delays()
@@ -231,7 +255,45 @@ class KubeDriver(ABC):
             if not terminating or not self._wait(deadline, next(gone_delays)):
                 break
         return DrainReport(name, tuple(evicted), skipped, blocked, tuple(sorted(terminating)), calls,
-                           self.clock() - start)
+                           self.clock() - start, self._blockers(pods, blocked))
+
+    def _blockers(self, pods: list[KubePod], blocked: Mapping[str, str]) -> tuple[Blocker, ...]:
+        """Each blocked pod with the budget that selects it (read now, so its figures are current)."""
+        by_key = {p.key: p for p in pods}
+        found: dict[str, list[Budget]] = {}
+        out: list[Blocker] = []
+        for key, message in sorted(blocked.items()):
+            pod = by_key[key]
+            budgets = found.setdefault(pod.namespace, self.budgets(pod.namespace))
+            held = next((b for b in budgets
+                         if sel.match_labels(sel.from_label_selector(b.selector), pod.labels)), None)
+            out.append(Blocker(key, message, held))
+        return tuple(out)
+
+    # ------------------------------------------------------------ pools from the inventory
+
+    def set_pool_from(self, inventory: Inventory, name: str) -> PoolChange:
+        """Give an inventory node the labels and taints its pool declares (a Kubernetes pool, or refuse)."""
+        try:
+            node = inventory.node(name)
+        except KeyError:
+            raise OperationFailed(name, "not in the inventory: racklife sets pools only on nodes it knows") from None
+        pool = inventory.pool(node.pool)
+        if pool.scheduler != "kubernetes":
+            raise OperationFailed(name, f"pool {node.pool!r} is scheduled by {pool.scheduler}, not Kubernetes")
+        problems = [f"label {k}={v}: {e}" for k, v in pool.labels.items() for e in names.label_errors(k, v)]
+        taints: list[Taint] = []
+        for text in pool.taints:
+            try:
+                taint = Taint.parse(text)
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            problems += [f"taint {text}: {e}" for e in names.taint_errors(taint.key, taint.value)]
+            taints.append(taint)
+        if problems:
+            raise OperationFailed(name, f"pool {node.pool!r} of the inventory: " + "; ".join(problems))
+        return self.set_pool(name, node.pool, pool.labels, taints)
 
     def _wait(self, deadline: float, delay: float) -> bool:
         """Sleep ``delay`` but not past the deadline; False when the deadline has come."""
@@ -240,6 +302,18 @@ class KubeDriver(ABC):
             return False
         self.sleep(min(delay, left))
         return True
+
+
+def _guard(current: KubeNode, patch: Mapping[str, Any], lifting_for: str | None) -> None:
+    if not current.unschedulable:
+        return
+    spec = patch.get("spec") or {}
+    lifts = "unschedulable" in spec and not spec["unschedulable"]
+    annotations = (patch.get("metadata") or {}).get("annotations") or {}
+    retags = CORDONED_BY in annotations and annotations[CORDONED_BY] != current.annotations.get(CORDONED_BY)
+    ours = lifting_for is not None and current.owner == CordonOwner("racklife", lifting_for)
+    if (lifts or retags) and not ours:
+        raise NotOurs(current.name, current.owner, lifting_for or "(none)")
 
 
 def _managed(node: KubeNode) -> dict[str, list[str]]:

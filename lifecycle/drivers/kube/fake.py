@@ -25,6 +25,7 @@ from lifecycle.drivers.kube.base import Conflict, KubeDriver
 from lifecycle.drivers.kube.types import (
     GPU_RESOURCE,
     MIRROR_ANNOTATION,
+    Budget,
     KubeNode,
     KubePod,
     Taint,
@@ -181,6 +182,18 @@ class FakeKubeDriver(KubeDriver):
                            "version and try again")
         self._nodes[name] = self._stamp(sel.merge_patch(copy.deepcopy(current), patch))
         return _node(self._nodes[name])
+
+    def budgets(self, namespace: str) -> list[Budget]:
+        self._enter("budgets", namespace)
+        out = []
+        for (ns, name), pdb in self._pdbs.items():
+            if ns != namespace:
+                continue
+            spec, status = pdb["spec"], self.budget(name, ns)
+            out.append(Budget(ns, name, dict(spec.get("selector") or {}), spec.get("minAvailable"),
+                              spec.get("maxUnavailable"), status.expected_pods, status.current_healthy,
+                              status.desired_healthy, status.disruptions_allowed))
+        return out
 
     def _evict(self, pod: KubePod) -> str | None:
         self._enter("evict", pod.key)

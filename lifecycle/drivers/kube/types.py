@@ -72,15 +72,40 @@ def maintenance_taint(run_id: str) -> Taint:
 
 
 @dataclass(frozen=True)
+class ForeignMark:
+    """How another tool marks the nodes it cordons, so a report can name it (racklife never lifts them)."""
+
+    owner: str
+    where: Literal["annotation", "taint"]
+    key: str
+    source: str
+    """Where the tool sets it (upstream code), since no capture of a live cluster is kept for it."""
+
+
+FOREIGN_MARKS: tuple[ForeignMark, ...] = (
+    ForeignMark("cluster-autoscaler", "taint", "ToBeDeletedByClusterAutoscaler",
+                "kubernetes/autoscaler: cluster-autoscaler/utils/taints/taints.go (ToBeDeletedTaint)"),
+    ForeignMark("karpenter", "taint", "karpenter.sh/disrupted",
+                "kubernetes-sigs/karpenter: pkg/apis/v1/taints.go (DisruptedNoScheduleTaint)"),
+    ForeignMark("kured", "annotation", "weave.works/kured-reboot-in-progress",
+                "kubereboot/kured: cmd/kured/main.go (KuredRebootInProgressAnnotation)"),
+)
+
+
+@dataclass(frozen=True)
 class CordonOwner:
     """Who holds a node's cordon: racklife (with its run id), someone else, or nobody."""
 
     kind: Literal["racklife", "other", "none"]
     run_id: str | None = None
+    by: str | None = None
+    """For ``other``: the tool whose mark the node carries (``FOREIGN_MARKS``), when one is recognised."""
 
     def describe(self) -> str:
         if self.kind == "racklife":
             return f"racklife run {self.run_id!r}"
+        if self.kind == "other" and self.by:
+            return f"someone else ({self.by}, by its mark on the node)"
         if self.kind == "other":
             return f"someone else (no {CORDONED_BY} annotation: an admin, kubectl or another tool)"
         return "nobody"
@@ -100,10 +125,20 @@ class KubeNode:
 
     @property
     def owner(self) -> CordonOwner:
-        """Who cordoned the node, from racklife's annotation (``none`` when it is schedulable)."""
+        """Who cordoned the node, from racklife's annotation (``none`` when it is schedulable).
+
+        A node that also carries another tool's mark is that tool's, even with
+        racklife's annotation on it: the other tool cordoned it too, and
+        lifting the cordon would undo its work.
+        """
         run = self.annotations.get(CORDONED_BY)
         if not self.unschedulable:
             return CordonOwner("none", run)
+        taints = {t.key for t in self.taints}
+        by = next((m.owner for m in FOREIGN_MARKS if (m.key in self.annotations if m.where == "annotation"
+                                                       else m.key in taints)), None)
+        if by is not None:
+            return CordonOwner("other", by=by)
         return CordonOwner("racklife", run) if run else CordonOwner("other")
 
     @property
@@ -176,6 +211,48 @@ class EvictionBackoff:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as the API reports it (spec figures and the controller's status)."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] = field(default_factory=dict)
+    """The ``LabelSelector`` (``matchLabels``, ``matchExpressions``)."""
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+    expected_pods: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
+    disruptions_allowed: int = 0
+
+    @property
+    def figure(self) -> str:
+        if self.max_unavailable is not None:
+            return f"maxUnavailable {self.max_unavailable}"
+        if self.min_available is not None:
+            return f"minAvailable {self.min_available}"
+        return "no figure"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A pod a drain could not evict by its deadline, and the budget that protects it."""
+
+    pod: str
+    message: str
+    """The API's own refusal ("The disruption budget web needs 2 healthy pods and has 2 currently")."""
+    budget: Budget | None = None
+
+    def describe(self) -> str:
+        if self.budget is None:
+            return f"{self.pod}: {self.message}"
+        b = self.budget
+        return (f"{self.pod}: held by PodDisruptionBudget {b.namespace}/{b.name} ({b.figure}; "
+                f"{b.current_healthy} healthy of {b.expected_pods} expected, {b.desired_healthy} needed, "
+                f"{b.disruptions_allowed} disruptions allowed): {self.message}")
+
+
+@dataclass(frozen=True)
 class DrainReport:
     """Every pod a drain touched, and what became of it."""
 
@@ -189,10 +266,22 @@ class DrainReport:
     """Evicted, but still on the node when the deadline came."""
     eviction_calls: int = 0
     waited_s: float = 0.0
+    blockers: tuple[Blocker, ...] = ()
+    """Each pod in ``blocked``, with the budget that holds it (read when the deadline came)."""
 
     @property
     def complete(self) -> bool:
         return not self.blocked and not self.terminating
+
+    def describe(self) -> str:
+        """The report in words, naming each blocking pod and its budget."""
+        if self.complete:
+            return (f"{self.node}: drained ({len(self.evicted)} evicted, {len(self.skipped)} left as DaemonSet or "
+                    "mirror pods)")
+        lines = [f"{self.node}: not drained after {self.waited_s:.0f} s"]
+        lines += [f"  blocked {b.describe()}" for b in self.blockers]
+        lines += [f"  still terminating {p}" for p in self.terminating]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -12,32 +12,14 @@ the depth racklife and kubectl write; below that depth anything is kept.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lifecycle.drivers.kube import names
 from lifecycle.lab.kube.kinds import Kind
 
-_LABEL_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 ANNOTATIONS_MAX = 256 * 1024
-
-MSG_SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                 "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                 f"validation is '{_DNS_SUBDOMAIN}')")
-MSG_LABEL_DNS = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                 "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                 f"validation is '{_DNS_LABEL}')")
-MSG_NAME_PART = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
-                 "an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-                 f"validation is '{_LABEL_NAME}')")
-MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
-                   f"'12345', regex used for validation is '{_LABEL_VALUE}')")
 
 
 @dataclass(frozen=True)
@@ -61,44 +43,14 @@ def invalid(path: str, value: Any, why: str) -> Cause:
     return Cause("FieldValueInvalid", path, f"Invalid value: {shown}: {why}")
 
 
-def _full(pattern: str, text: str) -> bool:
-    return re.fullmatch(pattern, text) is not None
-
-
 def name_errors(kind: Kind, name: str) -> list[str]:
     if kind.name_rule == "label":
         if len(name) > 63:
             return ["must be no more than 63 characters"]
-        return [] if _full(_DNS_LABEL, name) else [MSG_LABEL_DNS]
+        return [] if names.full(names.DNS_LABEL, name) else [names.MSG_LABEL_DNS]
     if len(name) > 253:
         return ["must be no more than 253 characters"]
-    return [] if _full(_DNS_SUBDOMAIN, name) else [MSG_SUBDOMAIN]
-
-
-def qualified_name_errors(key: str) -> list[str]:
-    """apimachinery's ``IsQualifiedName``: an optional DNS-subdomain prefix, a slash, a ≤63-character name."""
-    prefix, _, name = key.rpartition("/") if "/" in key else ("", "", key)
-    out: list[str] = []
-    if key.count("/") > 1:
-        return ["a qualified name " + MSG_NAME_PART.removeprefix("name part ") + " with an optional DNS subdomain "
-                "prefix and '/' (e.g. 'example.com/MyName')"]
-    if "/" in key:
-        if not prefix:
-            out.append("prefix part must be non-empty")
-        elif len(prefix) > 253 or not _full(_DNS_SUBDOMAIN, prefix):
-            out.append("prefix part " + MSG_SUBDOMAIN)
-    if not name:
-        out.append("name part must be non-empty")
-    elif len(name) > 63:
-        out.append("name part must be no more than 63 characters")
-    elif not _full(_LABEL_NAME, name):
-        out.append(MSG_NAME_PART)
-    return out
-
-
-def label_value_errors(value: str) -> list[str]:
-    out = ["must be no more than 63 characters"] if len(value) > 63 else []
-    return out + ([] if _full(_LABEL_VALUE, value) else [MSG_LABEL_VALUE])
+    return [] if names.full(names.DNS_SUBDOMAIN, name) else [names.MSG_SUBDOMAIN]
 
 
 def metadata_causes(kind: Kind, meta: Mapping[str, Any]) -> list[Cause]:
@@ -108,21 +60,21 @@ def metadata_causes(kind: Kind, meta: Mapping[str, Any]) -> list[Cause]:
         out += [invalid("metadata.name", name, e) for e in name_errors(kind, name)]
     labels = meta.get("labels") or {}
     for key, value in (labels.items() if isinstance(labels, Mapping) else ()):
-        out += [invalid("metadata.labels", key, e) for e in qualified_name_errors(str(key))]
+        out += [invalid("metadata.labels", key, e) for e in names.qualified_name_errors(str(key))]
         if not isinstance(value, str):
             out.append(invalid("metadata.labels", value, "label values must be strings"))
             continue
-        out += [invalid("metadata.labels", value, e) for e in label_value_errors(value)]
+        out += [invalid("metadata.labels", value, e) for e in names.label_value_errors(value)]
     annotations = meta.get("annotations") or {}
     if isinstance(annotations, Mapping):
         for key in annotations:
-            out += [invalid("metadata.annotations", key, e) for e in qualified_name_errors(str(key).lower())]
+            out += [invalid("metadata.annotations", key, e) for e in names.qualified_name_errors(str(key).lower())]
         size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
         if size > ANNOTATIONS_MAX:
             out.append(Cause("FieldValueTooLong", "metadata.annotations",
                              f"Too long: may not be more than {ANNOTATIONS_MAX} bytes"))
     for i, fin in enumerate(meta.get("finalizers") or []):
-        out += [invalid(f"metadata.finalizers[{i}]", fin, e) for e in qualified_name_errors(str(fin))]
+        out += [invalid(f"metadata.finalizers[{i}]", fin, e) for e in names.qualified_name_errors(str(fin))]
     return out
 
 
@@ -135,13 +87,13 @@ def taint_causes(taints: Any, path: str = "spec.taints") -> list[Cause]:
             out.append(invalid(at, taint, "must be an object"))
             continue
         key, value, effect = str(taint.get("key") or ""), taint.get("value"), taint.get("effect")
-        out += [invalid(f"{at}.key", key, e) for e in qualified_name_errors(key)]
+        out += [invalid(f"{at}.key", key, e) for e in names.qualified_name_errors(key)]
         if value is not None:
-            out += [invalid(f"{at}.value", value, e) for e in label_value_errors(str(value))]
+            out += [invalid(f"{at}.value", value, e) for e in names.label_value_errors(str(value))]
         if not effect:
             out.append(Cause("FieldValueRequired", f"{at}.effect", "Required value"))
-        elif effect not in EFFECTS:
-            supported = ", ".join(f'"{e}"' for e in EFFECTS)
+        elif effect not in names.EFFECTS:
+            supported = ", ".join(f'"{e}"' for e in names.EFFECTS)
             out.append(Cause("FieldValueNotSupported", f"{at}.effect",
                              f'Unsupported value: "{effect}": supported values: {supported}'))
         elif (key, str(effect)) in seen:
@@ -164,8 +116,8 @@ def causes(kind: Kind, obj: Mapping[str, Any]) -> list[Cause]:
     if kind.kind == "Pod":
         for i, tol in enumerate(spec.get("tolerations") or []):
             effect = (tol or {}).get("effect") if isinstance(tol, Mapping) else None
-            if effect and effect not in EFFECTS:
-                supported = ", ".join(f'"{e}"' for e in EFFECTS)
+            if effect and effect not in names.EFFECTS:
+                supported = ", ".join(f'"{e}"' for e in names.EFFECTS)
                 out.append(Cause("FieldValueNotSupported", f"spec.tolerations[{i}].effect",
                                  f'Unsupported value: "{effect}": supported values: {supported}'))
     return out
