@@ -23,6 +23,7 @@ from lifecycle.drivers.kube import selectors as sel
 from lifecycle.drivers.kube.types import (
     CORDON_REASON,
     CORDONED_BY,
+    GPU_RESOURCE,
     MAINTENANCE_TAINT,
     MANAGED,
     POOL_LABEL,
@@ -269,6 +270,31 @@ class KubeDriver(ABC):
                          if sel.match_labels(sel.from_label_selector(b.selector), pod.labels)), None)
             out.append(Blocker(key, message, held))
         return tuple(out)
+
+    # ------------------------------------------------------------ joining
+
+    def wait_ready(self, name: str, gpus: int, *, deadline_s: float, poll_s: float = 2.0) -> KubeNode:
+        """Wait until the node's kubelet reports it Ready with ``gpus`` allocatable ``nvidia.com/gpu``.
+
+        What "serving" means for an inference node: registered, Ready, and
+        the device plugin advertising every GPU the SKU has. Anything else at
+        the deadline — not registered, NotReady, fewer (or more) GPUs — is an
+        ``OperationFailed`` saying what was last seen, never a pass.
+        """
+        deadline = self.clock() + deadline_s
+        seen = "not registered"
+        while True:
+            try:
+                node = self.node(name)
+            except OperationFailed:
+                node = None
+            if node is not None:
+                if node.ready and node.gpus == gpus:
+                    return node
+                seen = (f"{'Ready' if node.ready else 'NotReady'}, allocatable {GPU_RESOURCE} {node.gpus} "
+                        f"(the SKU has {gpus})")
+            if not self._wait(deadline, poll_s):
+                raise OperationFailed(name, f"not serving after {deadline_s:.0f} s: {seen}", retryable=True)
 
     # ------------------------------------------------------------ pools from the inventory
 

@@ -28,6 +28,8 @@ from lifecycle.lab.kube.store import Store
 Obj = dict[str, Any]
 PHASE_ANNOTATION = "lab.racklife.io/phase"
 READY_ANNOTATION = "lab.racklife.io/ready"
+AGENT_ANNOTATION = "lab.racklife.io/agent"
+"""On a Node whose own agent (``agent.NodeAgent``) runs its pods: this built-in kubelet leaves them alone."""
 
 
 def now() -> str:
@@ -35,7 +37,10 @@ def now() -> str:
 
 
 def _node_ready(store: Store, name: str) -> bool:
+    """Whether this built-in kubelet runs the node's pods: the Node is Ready and has no agent of its own."""
     node = store.get(NODES, None, name) if name else None
+    if AGENT_ANNOTATION in ((node or {}).get("metadata") or {}).get("annotations", {}):
+        return False
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
