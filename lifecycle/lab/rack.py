@@ -51,6 +51,7 @@ from lifecycle.lab.firmware import racklife_phone_home
 from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
 from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
+from lifecycle.lab.kube.agent import NodeAgent
 from lifecycle.lab.layout import build_inventory, write_lab_profile
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
 from lifecycle.lab.ports import PortLease
@@ -145,6 +146,7 @@ class Rack:
         self.redfish: RedfishEmulator | None = None
         self.ipmi: IpmiEmulator | None = None
         self.kube: KubeStandIn | None = None
+        self.kubelets: dict[str, NodeAgent] = {}
         self.boot_forward: netns.Forward | None = None
         self.dhcp: LabDhcp | None = None
         self.vm: VmNode | None = None
@@ -188,17 +190,23 @@ class Rack:
         self._submit(self.by_bmc[bmc], state)
 
     def _node_started(self, name: str) -> None:
-        """What a booted node starts: its slurmd (Slurm pools) or its kubelet's Node object (Kubernetes)."""
+        """What a booted node starts: its slurmd (Slurm pools) or its kubelet (Kubernetes pools)."""
         if self.slurm is not None and name in self.slurm.ports:
             self.slurm.start_node(name, wait=False)
             return
         inv = self.inventory
         if self.kube is not None and inv is not None and inv.pool(inv.node(name).pool).scheduler == "kubernetes":
             pool = inv.pool(inv.node(name).pool)
-            self.kube.join(name, labels=pool.labels, gpus=SKUS[inv.node(name).sku].gpu_count)
-            self.kube.set_ready(name, True)
+            old = self.kubelets.pop(name, None)
+            if old is not None:
+                old.stop()
+            # The kubelet registers the Node with the SKU's GPUs, renews its Lease and runs its pods.
+            self.kubelets[name] = NodeAgent(self.kube, name, inv.node(name).sku, labels=pool.labels).start()
 
     def _node_stopped(self, name: str) -> None:
+        agent = self.kubelets.pop(name, None)
+        if agent is not None:
+            agent.stop()
         if self.kube is not None and name not in (self.slurm.ports if self.slurm else {}):
             with contextlib.suppress(Exception):  # not joined (yet): nothing to mark
                 self.kube.set_ready(name, False)  # a powered-off kubelet stops posting status
@@ -395,6 +403,7 @@ class Rack:
             closers.append(self.redfish.stop)
         if self.ipmi is not None:
             closers.append(self.ipmi.stop)
+        closers += [agent.stop for agent in self.kubelets.values()]
         if self.kube is not None:
             closers.append(self.kube.stop)
         if self.boot_forward is not None:

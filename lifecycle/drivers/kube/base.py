@@ -294,7 +294,7 @@ class KubeDriver(ABC):
                 seen = (f"{'Ready' if node.ready else 'NotReady'}, allocatable {GPU_RESOURCE} {node.gpus} "
                         f"(the SKU has {gpus})")
             if not self._wait(deadline, poll_s):
-                raise OperationFailed(name, f"not serving after {deadline_s:.0f} s: {seen}", retryable=True)
+                raise OperationFailed(name, f"not serving after {deadline_s:.0f} s: {seen}")
 
     # ------------------------------------------------------------ pools from the inventory
 
