@@ -18,7 +18,9 @@ from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import kube as _kube
 from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
+from lifecycle.cli import plan as _plan
 from lifecycle.cli import provision as _provision
+from lifecycle.cli import refresh as _refresh
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import tour as _tour
 from lifecycle.cli import workflows as _workflows
@@ -51,6 +53,8 @@ app.add_typer(_image.app, name="image")
 app.command("provision")(_provision.provision_cmd)
 app.command("accept")(_accept.accept_cmd)
 app.command("build")(_build.build_cmd)
+app.command("refresh")(_refresh.refresh_cmd)
+app.command("plan")(_plan.plan_cmd)
 app.add_typer(_provision.boot_app, name="boot")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")

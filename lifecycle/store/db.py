@@ -135,6 +135,15 @@ executors = sa.Table(
     sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
 )
 
+# What `racklife refresh` last saw of each node, from every source, with the time.
+observations = sa.Table(
+    "racklife_observations",
+    metadata,
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), primary_key=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("doc", sa.Text, nullable=False),  # JSON: planner.observed.Observation
+)
+
 
 def default_home() -> Path:
     return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))

@@ -1,0 +1,54 @@
+"""`racklife refresh [INVENTORY] [--nodes …]`: what every source says about each node now, and the drift.
+
+Reads the BMC, the boot server's records, Slurm, Kubernetes and the acceptance
+records; stores what it saw with the time; prints each difference from the
+inventory with the source that shows it. It changes nothing on any node.
+Exit codes: 0 no drift, 1 drift (an unreadable source counts), 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.cli.inventory import load_or_exit
+from lifecycle.store import Store, StoreError
+
+
+def refresh_cmd(
+    inventory: Path | None = typer.Argument(None, help="Inventory YAML (default: what was last imported)."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (default: every node)."),
+    firmware: bool = typer.Option(True, "--firmware/--no-firmware",
+                                  help="Read firmware versions from each BMC (its inventory: many requests)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Observe every node from every source, store it, and report drift without acting."""
+    from lifecycle.planner import observe
+    from lifecycle.planner.fleet import UnknownNodes, refresh
+    from lifecycle.planner.observed import drift
+
+    inv = load_or_exit(inventory, as_json) if inventory is not None else None
+    names = [n for n in nodes.split(",") if n] if nodes is not None else None
+    store = Store()
+    try:
+        fresh = refresh(store, inv, names, observe.default_sources(firmware=firmware))
+    except (UnknownNodes, StoreError) as exc:
+        if as_json:
+            emit_json({"error": str(exc)})
+        fail(str(exc), BAD_INPUT)
+    finally:
+        store.close()
+    seen, wants = fresh.observations, fresh.wants
+    found = [d for o in seen for d in drift(o, wants[o.node])]
+    if as_json:
+        emit_json({"at": seen[0].at.isoformat() if seen else None, "nodes": observe.as_table(seen),
+                   "drift": [d.to_json() for d in found]})
+    else:
+        emit_table(f"drift ({len(seen)} node(s) observed)", ["node", "source", "drift", "what"],
+                   [(d.node, d.source.value, d.kind, d.message) for d in found])
+        if not found:
+            err_console.print("no drift")
+    if found:
+        raise typer.Exit(FAILED)

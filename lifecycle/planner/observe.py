@@ -1,0 +1,218 @@
+"""Observed state: ask every source what a node looks like now, and keep what it said.
+
+``racklife refresh`` and (later) the planner read the world only through
+here. Each source is asked once per refresh for the whole fleet where it can
+answer in bulk (Slurm, Kubernetes) and per node, in a bounded pool of threads,
+where it cannot (BMCs). A source that cannot be read leaves an error on the
+node's observation, never a guess. Nothing here changes anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from lifecycle.drivers.bmc.base import BmcDriver
+from lifecycle.drivers.errors import DriverError
+from lifecycle.drivers.kube.types import KubeNode
+from lifecycle.drivers.slurm.types import SlurmJob, SlurmNode
+from lifecycle.model.inventory import BmcSpec, Inventory
+from lifecycle.model.states import State
+from lifecycle.planner.observed import (
+    AcceptanceSeen,
+    BmcSeen,
+    BootSeen,
+    Desired,
+    KubeSeen,
+    Observation,
+    SlurmSeen,
+    Source,
+)
+from lifecycle.store import NodeRecord, Store
+from lifecycle.store import observations as stored
+
+BMC_WORKERS = 32
+
+
+class SlurmReader(Protocol):
+    def nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]: ...
+
+    def jobs(self) -> list[SlurmJob]: ...
+
+
+class KubeReader(Protocol):
+    def nodes(self, labels: Mapping[str, str] | None = None) -> list[KubeNode]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Sources:
+    """How to reach each source; a factory that raises says why the source cannot be read."""
+
+    bmc: Callable[[BmcSpec], BmcDriver]
+    slurm: Callable[[], SlurmReader]
+    kube: Callable[[], KubeReader]
+    firmware: bool = True  # read firmware versions (a BMC inventory: many requests per node)
+
+
+def default_sources(env: Mapping[str, str] | None = None, firmware: bool = True) -> Sources:
+    """The real drivers: BMCs from the inventory, Slurm from SLURM_CONF, Kubernetes from a kubeconfig."""
+    env = dict(os.environ if env is None else env)
+
+    def bmc(spec: BmcSpec) -> BmcDriver:
+        from lifecycle.drivers.bmc.factory import driver_for  # vendor SDKs only when a BMC is asked
+
+        return driver_for(spec)
+
+    def slurm() -> SlurmReader:
+        from lifecycle.drivers.slurm.driver import SlurmDriver
+        from lifecycle.drivers.slurm.runner import CommandRunner
+
+        return SlurmDriver(CommandRunner())
+
+    def kube() -> KubeReader:
+        from lifecycle.drivers.kube.api import KubeApiDriver
+
+        path = env.get("RACKLIFE_KUBECONFIG") or env.get("KUBECONFIG")
+        if not path:
+            raise RuntimeError("no kubeconfig (set RACKLIFE_KUBECONFIG or KUBECONFIG)")
+        return KubeApiDriver.from_kubeconfig(Path(path))
+
+    return Sources(bmc, slurm, kube, firmware)
+
+
+def desired(inv: Inventory | None, rec: NodeRecord, store: Store) -> Desired:
+    """The inventory's wishes for the node (the stored spec when no inventory is given)."""
+    listed = inv is not None and any(n.name == rec.name for n in inv.nodes)
+    node = inv.node(rec.name) if inv is not None and listed else rec.node()
+    pool = inv.pool(node.pool) if inv is not None and listed else store.pool(rec.pool)
+    image = node.image
+    version = None
+    if inv is not None and image is not None:
+        version = next((i.version for i in inv.images if i.name == image), None)
+    return Desired(node, pool, image, version)
+
+
+def _bmc(sources: Sources, rec: NodeRecord) -> BmcSeen | str:
+    try:
+        driver = sources.bmc(rec.node().bmc)
+    except (DriverError, ValueError, OSError) as exc:
+        return str(exc)
+    try:
+        power = driver.power_state().value
+        firmware = {f.name: f.version for f in driver.inventory().firmware} if sources.firmware else {}
+        return BmcSeen(power, firmware)
+    except DriverError as exc:
+        return str(exc)
+    finally:
+        driver.close()
+
+
+def _slurm(sources: Sources) -> tuple[dict[str, SlurmNode], dict[str, list[str]]] | str:
+    try:
+        reader = sources.slurm()
+        nodes = {n.name: n for n in reader.nodes()}
+        jobs: dict[str, list[str]] = {}
+        for j in reader.jobs():
+            if j.active:
+                for host in j.nodes:
+                    jobs.setdefault(host, []).append(j.job_id)
+        return nodes, jobs
+    except (DriverError, ValueError, OSError, RuntimeError) as exc:
+        return str(exc)
+
+
+def _kube(sources: Sources) -> dict[str, KubeNode] | str:
+    try:
+        reader = sources.kube()
+    except (DriverError, ValueError, OSError, RuntimeError) as exc:
+        return str(exc)
+    try:
+        return {n.name: n for n in reader.nodes()}
+    except (DriverError, ValueError, OSError) as exc:
+        return str(exc)
+    finally:
+        reader.close()
+
+
+def _slurm_seen(n: SlurmNode, jobs: Sequence[str]) -> SlurmSeen:
+    owner = n.owner
+    return SlurmSeen(str(n.state), n.state.drain, n.state.base == "down", n.reason, owner.kind,
+                     owner.run_id, owner.user, tuple(n.partitions), tuple(jobs))
+
+
+def _kube_seen(n: KubeNode) -> KubeSeen:
+    owner = n.owner
+    taints = tuple(f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in n.taints)
+    return KubeSeen(True, n.ready, n.unschedulable, owner.kind, owner.run_id, dict(n.labels), taints)
+
+
+def _acceptance(store: Store, rec: NodeRecord, now: datetime) -> AcceptanceSeen:
+    records = store.acceptance_records(rec.name)
+    if not records:
+        return AcceptanceSeen(False)
+    newest = records[0]
+    built = [t.at for t in store.history(rec.name) if t.target == State.PROVISIONED]
+    newer = not built or newest.created_at >= max(built)
+    return AcceptanceSeen(True, newest.passed, now < newest.expires_at, newer, newest.id, newest.expires_at)
+
+
+def _boot(store: Store, rec: NodeRecord) -> BootSeen:
+    last = stored.last_boot(store, rec.name)
+    if last is None:
+        return BootSeen(None, None, None)
+    report, at = last
+    image, version = report.get("image"), report.get("image_version")
+    return BootSeen(str(image) if image else None, str(version) if version else None, at)
+
+
+def observe(store: Store, records: Sequence[NodeRecord], sources: Sources,
+            pools: Mapping[str, str], clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> list[Observation]:
+    """Observe ``records``; ``pools`` maps each node to its pool's scheduler (slurm, kubernetes, none)."""
+    now = clock()
+    schedulers = {pools[r.name] for r in records}
+    slurm = _slurm(sources) if "slurm" in schedulers else ({}, {})
+    kube = _kube(sources) if "kubernetes" in schedulers else {}
+    with ThreadPoolExecutor(max_workers=min(BMC_WORKERS, max(1, len(records)))) as pool:
+        bmcs = list(pool.map(lambda r: _bmc(sources, r), records))
+    out = []
+    for rec, bmc in zip(records, bmcs, strict=True):
+        o = Observation(rec.name, now, rec.state, rec.pool, boot=_boot(store, rec),
+                        acceptance=_acceptance(store, rec, now))
+        errors: dict[Source, str] = {}
+        if isinstance(bmc, str):
+            errors[Source.BMC] = bmc
+        else:
+            o = replace(o, bmc=bmc)
+        if pools[rec.name] == "slurm":
+            if isinstance(slurm, str):
+                errors[Source.SLURM] = slurm
+            elif rec.name in slurm[0]:
+                o = replace(o, slurm=_slurm_seen(slurm[0][rec.name], slurm[1].get(rec.name, [])))
+            else:
+                errors[Source.SLURM] = "Slurm does not know the node"
+        if pools[rec.name] == "kubernetes":
+            if isinstance(kube, str):
+                errors[Source.KUBE] = kube
+            else:
+                o = replace(o, kube=_kube_seen(kube[rec.name]) if rec.name in kube else KubeSeen(False))
+        out.append(replace(o, errors=errors))
+    return out
+
+
+def save(store: Store, seen: Sequence[Observation]) -> None:
+    stored.save(store, [(o.node, o.at, o.to_json()) for o in seen])
+
+
+def load(store: Store, nodes: Sequence[str] | None = None) -> dict[str, Observation]:
+    return {n: Observation.from_json(doc) for n, (_at, doc) in stored.load(store, nodes).items()}
+
+
+def as_table(seen: Sequence[Observation]) -> list[dict[str, Any]]:
+    return [o.to_json() for o in seen]

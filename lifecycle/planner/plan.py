@@ -1,0 +1,221 @@
+"""The plan: per node, the ordered actions that converge it on the inventory, and what blocks them.
+
+One function, :func:`plan_node`, turns (racklife's state, what the sources
+said, what the inventory wants, who holds the node) into steps; ``plan`` and
+(later) ``apply`` both call it, so what is shown is what would be done. The
+mapping is tables: ``BY_STATE`` for where the lifecycle says a node goes
+next, ``BY_DRIFT`` for what undoes each kind of drift. A blocker (a foreign
+drain or cordon, a quarantined node, jobs under a ``wait`` policy, a node
+held by another run) stops that node's steps: they are not planned through
+it. An action with no workflow yet is planned and marked as such, never
+dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from lifecycle.model.states import State
+from lifecycle.planner.observed import Desired, Drift, Observation, Source, drift
+
+
+class Action(StrEnum):
+    ENROLL = "enroll"
+    PROVISION = "provision"
+    POWER_ON = "power-on"
+    LEAVE = "leave"  # drain out of the scheduler before work that takes the node away
+    REIMAGE = "reimage"
+    ACCEPT = "accept"
+    JOIN = "join"  # a Slurm pool
+    JOIN_KUBE = "join-kubernetes"
+    SET_LABELS = "set-pool-labels"
+    MOVE_POOL = "move-pool"
+    UPDATE_FIRMWARE = "update-firmware"
+    DECOMMISSION = "decommission"
+
+
+# The actions racklife has no workflow for yet, and the name the plan shows them with.
+NOT_YET: dict[Action, str] = {
+    Action.JOIN_KUBE: "join a Kubernetes pool (accepted inference nodes stay accepted)",
+    Action.POWER_ON: "power on through the BMC and rejoin",
+    Action.REIMAGE: "reimage (reprovision a drained node)",
+    Action.SET_LABELS: "set a Kubernetes pool's labels",
+    Action.MOVE_POOL: "role swap",
+    Action.UPDATE_FIRMWARE: "firmware update",
+    Action.DECOMMISSION: "decommission",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    reason: str
+    detail: str = ""  # e.g. the scheduler or pool the step is about
+
+    @property
+    def implemented(self) -> bool:
+        return self.action not in NOT_YET
+
+    def describe(self) -> str:
+        what = self.action.value + (f" ({self.detail})" if self.detail else "")
+        return what if self.implemented else f"{what}: not yet implemented: {NOT_YET[self.action]}"
+
+
+@dataclass(frozen=True)
+class Blocker:
+    kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | held | unreadable
+    message: str
+
+
+@dataclass
+class NodePlan:
+    node: str
+    state: str
+    steps: list[Step] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "state": self.state,
+                "steps": [{"action": s.action.value, "reason": s.reason, "detail": s.detail,
+                           "implemented": s.implemented, "describe": s.describe()} for s in self.steps],
+                "blockers": [asdict(b) for b in self.blockers],
+                "drift": [d.to_json() for d in self.drift]}
+
+
+@dataclass
+class Plan:
+    nodes: list[NodePlan]
+
+    @property
+    def changes(self) -> bool:
+        return any(n.steps for n in self.nodes)
+
+    @property
+    def blocked(self) -> bool:
+        return any(n.blockers for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"changes": self.changes, "nodes": [n.to_json() for n in self.nodes]}
+
+
+def _join(d: Desired) -> Step | None:
+    if d.pool.scheduler == "kubernetes":
+        return Step(Action.JOIN_KUBE, "accepted; its pool is served by Kubernetes", "Kubernetes")
+    if d.pool.scheduler == "slurm":
+        return Step(Action.JOIN, "accepted; its pool is served by Slurm", f"Slurm partition {d.pool.partition}")
+    return None
+
+
+# Where the lifecycle takes a node next, from racklife's state (before any drift is considered).
+BY_STATE: dict[State, tuple[Action, ...]] = {
+    State.ENROLLED: (Action.PROVISION, Action.ACCEPT, Action.JOIN),
+    State.AVAILABLE: (Action.PROVISION, Action.ACCEPT, Action.JOIN),
+    State.INSPECT_FAILED: (Action.PROVISION, Action.ACCEPT, Action.JOIN),
+    State.PROVISION_FAILED: (Action.PROVISION, Action.ACCEPT, Action.JOIN),
+    State.PROVISIONED: (Action.ACCEPT, Action.JOIN),
+    State.ACCEPTED: (Action.JOIN,),
+    State.DRAINED: (Action.ACCEPT, Action.JOIN),
+    State.JOIN_FAILED: (Action.JOIN,),
+}
+_STATE_REASON: dict[State, str] = {
+    State.ENROLLED: "enrolled, never provisioned",
+    State.AVAILABLE: "inspected, not provisioned",
+    State.INSPECT_FAILED: "inspection failed: provisioning inspects again",
+    State.PROVISION_FAILED: "provisioning failed: try again",
+    State.PROVISIONED: "provisioned, not accepted",
+    State.DRAINED: "drained: accept again before it serves",
+}
+# States in which work of a run is under way: nothing is planned, the run finishes it.
+IN_FLIGHT = frozenset({State.INSPECTING, State.PROVISIONING, State.BURNING_IN, State.JOINING, State.DRAINING,
+                       State.LENDING, State.RECLAIMING, State.REPROVISIONING, State.UPGRADING, State.REPAIRING,
+                       State.DECOMMISSIONING})
+# Drift kinds a plan works around by these steps (for a node racklife believes in service).
+BY_DRIFT: dict[str, tuple[Action, ...]] = {
+    "power": (Action.POWER_ON,),
+    "down-powered-off": (Action.POWER_ON,),
+    "image": (Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN),
+    "acceptance": (Action.LEAVE, Action.ACCEPT, Action.JOIN),
+    "partition": (Action.JOIN,),
+    "own-drain": (Action.JOIN,),
+    "labels": (Action.SET_LABELS,),
+    "taints": (Action.SET_LABELS,),
+    "node": (Action.JOIN,),
+}
+BLOCKING_DRIFT: dict[str, str] = {"foreign-drain": "foreign-drain", "foreign-cordon": "foreign-cordon",
+                                  "unreadable": "unreadable"}
+
+
+def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]:
+    out = []
+    for a in actions:
+        if a is Action.JOIN:
+            step = _join(d)
+            if step is not None:
+                out.append(Step(step.action, reason or step.reason, step.detail))
+        else:
+            out.append(Step(a, reason))
+    return out
+
+
+def _dedupe(steps: list[Step]) -> list[Step]:
+    """One step per action, in the order of first appearance (a reimage already re-accepts)."""
+    seen: dict[Action, Step] = {}
+    for s in steps:
+        seen.setdefault(s.action, s)
+    return list(seen.values())
+
+
+def plan_node(o: Observation, d: Desired, held_by: str | None = None) -> NodePlan:
+    """The steps that converge one observed node, or the blockers that stop them."""
+    found = drift(o, d)
+    out = NodePlan(o.node, o.state.value, drift=found)
+    if held_by is not None:
+        out.blockers.append(Blocker("held", f"held by run {held_by}: it finishes first"))
+    for x in found:
+        kind = BLOCKING_DRIFT.get(x.kind)
+        if kind is not None:
+            out.blockers.append(Blocker(kind, f"{x.source.value}: {x.message}"))
+    if o.state is State.QUARANTINED:
+        out.blockers.append(Blocker("quarantined", "quarantined after acceptance: awaiting an operator"))
+    if o.state in IN_FLIGHT and held_by is None:
+        out.blockers.append(Blocker("held", f"{o.state} with no run holding it: see `racklife workflows list`"))
+    steps: list[Step] = []
+    if o.pool != d.node.pool:
+        steps.append(Step(Action.MOVE_POOL, f"in pool {o.pool}; the inventory says {d.node.pool}", d.node.pool))
+    if o.state in BY_STATE:
+        steps += _steps_for(BY_STATE[o.state], _STATE_REASON.get(o.state, ""), d)
+    elif o.state is State.IN_SERVICE:
+        for x in found:
+            steps += _steps_for(BY_DRIFT.get(x.kind, ()), f"{x.source.value}: {x.message}", d)
+    steps = _dedupe(steps)
+    leave_first = any(s.action is Action.LEAVE for s in steps)
+    if leave_first and o.slurm is not None and o.slurm.jobs and d.pool.leave_policy == "wait":
+        out.blockers.append(Blocker("jobs-under-wait", f"jobs {', '.join(o.slurm.jobs)} are running and the "
+                                                       "pool's leave policy is wait"))
+    if not out.blockers:
+        out.steps = steps
+    return out
+
+
+def plan(observations: Sequence[Observation], wants: Mapping[str, Desired],
+         holders: Mapping[str, str] | None = None, missing: Sequence[str] = (),
+         removed: Sequence[str] = ()) -> Plan:
+    """The fleet's plan; ``missing``: inventory nodes not in the store; ``removed``: the reverse."""
+    holders = holders or {}
+    nodes = [plan_node(o, wants[o.node], holders.get(o.node)) for o in observations if o.node not in removed]
+    for n in missing:
+        nodes.append(NodePlan(n, "absent", [Step(Action.ENROLL, "in the inventory, not in the store"),
+                                            Step(Action.PROVISION, "new node"), Step(Action.ACCEPT, "new node"),
+                                            *([s] if (s := _join(wants[n])) else [])]))
+    for n in removed:
+        o = next((x for x in observations if x.node == n), None)
+        nodes.append(NodePlan(n, o.state.value if o else "unknown",
+                              [Step(Action.DECOMMISSION, "in the store, no longer in the inventory")]))
+    return Plan(sorted(nodes, key=lambda p: p.node))
+
+
+__all__ = ["Action", "Blocker", "NodePlan", "Plan", "Source", "Step", "plan", "plan_node"]

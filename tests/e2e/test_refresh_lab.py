@@ -1,0 +1,157 @@
+"""`racklife refresh` and `racklife plan` on a built 4-node lab.
+
+Converged: no drift, and the plan's only step is the one no workflow exists
+for yet (joining node-04 to its Kubernetes pool), shown as such. Out-of-band
+changes are each reported with the source that shows them; the plan proposes
+the fix for the powered-off node, names the foreign drain as a blocker and
+plans nothing through it; nothing is acted on.
+
+The lab is built with the real commands (import, provision, accept, slurm join).
+Then, behind racklife's back: node-01 is powered off through its BMC emulator
+(Redfish, the real client), node-02 is drained by hand in Slurm, and node-04's
+pool label is removed by hand in the Kubernetes stand-in (a merge patch).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lifecycle.drivers.bmc.base import PowerAction, PowerState
+from lifecycle.drivers.bmc.factory import driver_for
+from lifecycle.drivers.slurm.driver import SlurmDriver
+from lifecycle.drivers.slurm.runner import CommandRunner
+from lifecycle.lab.kube.run import KubeAdmin
+from lifecycle.model.inventory import load_inventory
+from lifecycle.planner import observe
+from lifecycle.store import Store
+from tests.e2e.conftest import RunningLab
+
+pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+TRAINING = ["node-01", "node-02", "node-03"]
+
+
+@pytest.fixture(scope="module")
+def built(minimal_image: Path) -> Iterator[RunningLab]:
+    lab = RunningLab(4)
+    try:
+        assert lab.racklife("inventory", "import", str(lab.inventory)).returncode == 0
+        prov = lab.racklife("provision", "--all", "--boot-timeout", "60", "--images", str(minimal_image))
+        assert prov.returncode == 0, prov.stdout + prov.stderr
+        acc = lab.racklife("accept", "rack-1", "--level", "quick", timeout=900)
+        assert acc.returncode == 0, acc.stdout + acc.stderr
+        join = lab.racklife("slurm", "join", *TRAINING)
+        assert join.returncode == 0, join.stdout + join.stderr
+        yield lab
+    finally:
+        lab.down()
+
+
+def _refresh(lab: RunningLab) -> tuple[int, dict[str, object]]:
+    res = lab.racklife("refresh", "--json")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    doc: dict[str, object] = json.loads(res.stdout)
+    return res.returncode, doc
+
+
+def _plan(lab: RunningLab) -> tuple[int, dict[str, dict[str, object]]]:
+    res = lab.racklife("plan", "--json")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.returncode, {n["node"]: n for n in json.loads(res.stdout)["nodes"]}
+
+
+def _steps(p: dict[str, object]) -> list[tuple[str, bool]]:
+    return [(s["action"], s["implemented"]) for s in p["steps"]]  # type: ignore[attr-defined]
+
+
+def _states(lab: RunningLab) -> dict[str, str]:
+    return {n["name"]: n["state"] for n in json.loads(lab.racklife("nodes", "list", "--json").stdout)}
+
+
+def test_a_built_lab_has_no_drift(built: RunningLab) -> None:
+    code, doc = _refresh(built)
+    assert code == 0 and doc["drift"] == [], doc["drift"]
+    seen = {o["node"]: o for o in doc["nodes"]}  # type: ignore[attr-defined]
+    assert sorted(seen) == ["node-01", "node-02", "node-03", "node-04"]
+    for n in TRAINING:
+        assert seen[n]["state"] == "in_service" and seen[n]["bmc"]["power"] == "on", seen[n]
+        assert seen[n]["slurm"]["partitions"] == ["training"] and not seen[n]["slurm"]["drained"], seen[n]
+        assert seen[n]["acceptance"]["passed"] and seen[n]["acceptance"]["newer_than_provisioning"]
+        assert seen[n]["boot"]["image"] == "minimal" and seen[n]["kube"] is None
+    assert seen["node-04"]["kube"]["registered"] and seen["node-04"]["kube"]["labels"]["racklife.io/pool"] == "inference"
+    assert seen["node-04"]["bmc"]["firmware"], "firmware versions read from the BMC"
+
+    code, plan = _plan(built)
+    assert code == 1  # a step remains: one that is not implemented, never dropped
+    assert {n: _steps(p) for n, p in plan.items() if p["steps"] or p["blockers"]} == {
+        "node-04": [("join-kubernetes", False)]}, plan
+    assert "not yet implemented: join a Kubernetes pool" in plan["node-04"]["steps"][0]["describe"]
+
+
+def test_bad_input_is_exit_2_and_changes_nothing(built: RunningLab, tmp_path: Path) -> None:
+    for args in (["plan", "--nodes", "node-01,nope"], ["refresh", "--nodes", "nope"]):
+        res = built.racklife(*args)
+        assert res.returncode == 2 and "nope" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("site: {name: x}\nracks: []\n")
+    res = built.racklife("plan", str(bad), "--json")
+    assert res.returncode == 2 and json.loads(res.stdout)["valid"] is False
+
+
+def test_out_of_band_changes_are_reported_by_source_and_left_alone(built: RunningLab) -> None:
+    inv = load_inventory(built.inventory)
+    before = _states(built)
+    bmc = driver_for(inv.node("node-01").bmc)
+    try:
+        bmc.power(PowerAction.OFF)
+        deadline = time.monotonic() + 60
+        while bmc.power_state() != PowerState.OFF:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        bmc.close()
+    subprocess.run(["scontrol", "update", "nodename=node-02", "state=drain", "reason=admin: hands off"],
+                   env=built.env, check=True, timeout=15)
+    # The stand-in's own admin client: kubectl sends no token over the lab's plain HTTP.
+    KubeAdmin.from_kubeconfig(Path(built.env["KUBECONFIG"])).request(
+        "PATCH", "/api/v1/nodes/node-04", {"metadata": {"labels": {"racklife.io/pool": None}}},
+        content_type="application/merge-patch+json")
+
+    code, doc = _refresh(built)
+    assert code == 1
+    found = {(d["node"], d["source"], d["kind"]) for d in doc["drift"]}  # type: ignore[attr-defined]
+    assert ("node-01", "bmc", "power") in found, found
+    assert ("node-02", "slurm", "foreign-drain") in found, found
+    assert ("node-04", "kube", "labels") in found, found
+    assert not any(n == "node-03" for n, _s, _k in found), found
+    why = {(d["node"], d["kind"]): d["message"] for d in doc["drift"]}  # type: ignore[attr-defined]
+    assert "admin: hands off" in why[("node-02", "foreign-drain")]
+    assert "racklife.io/pool=inference" in why[("node-04", "labels")]
+
+    code, plan = _plan(built)
+    assert code == 1
+    assert _steps(plan["node-01"]) == [("power-on", False)], plan["node-01"]
+    assert plan["node-01"]["blockers"] == []
+    assert plan["node-02"]["steps"] == [] and [b["kind"] for b in plan["node-02"]["blockers"]] == ["foreign-drain"]
+    assert "admin: hands off" in plan["node-02"]["blockers"][0]["message"]
+    assert plan["node-03"]["steps"] == [] and plan["node-03"]["blockers"] == []
+
+    # Nothing acted on: racklife's beliefs, the drain and the power are as they were.
+    assert _states(built) == before
+    node02 = SlurmDriver(CommandRunner(env=built.env)).node("node-02")
+    assert node02.state.drain and node02.reason == "admin: hands off"
+    # What was seen is stored with the time.
+    store = Store(f"sqlite:///{Path(built.env['RACKLIFE_HOME']) / 'racklife.sqlite'}")
+    try:
+        stored = observe.load(store)
+    finally:
+        store.close()
+    assert stored["node-01"].bmc is not None and stored["node-01"].bmc.power == "off"
+    assert stored["node-02"].slurm is not None and stored["node-02"].slurm.owner == "other"

@@ -1,0 +1,75 @@
+"""The plan table: per node the ordered steps with reasons, blockers stop them, unbuilt actions stay visible."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lifecycle.model.states import State
+from lifecycle.planner.observed import AcceptanceSeen, BmcSeen, BootSeen, Desired, SlurmSeen
+from lifecycle.planner.plan import Action, plan, plan_node
+from tests.planner.test_drift import NOW, desired, healthy  # noqa: F401 (fixture)
+
+
+def actions(p: object) -> list[Action]:
+    return [s.action for s in p.steps]  # type: ignore[attr-defined]
+
+
+def test_converged_node_plans_nothing(desired: Desired) -> None:  # noqa: F811
+    p = plan_node(healthy(desired), desired)
+    assert p.steps == [] and p.blockers == []
+    assert not plan([healthy(desired)], {desired.node.name: desired}).changes
+
+
+def test_lifecycle_states_plan_the_rest_of_the_way(desired: Desired) -> None:  # noqa: F811
+    base = replace(healthy(desired), slurm=None, acceptance=AcceptanceSeen(False), boot=BootSeen(None, None, None))
+    assert actions(plan_node(replace(base, state=State.ENROLLED), desired)) == [
+        Action.PROVISION, Action.ACCEPT, Action.JOIN]
+    assert actions(plan_node(replace(base, state=State.PROVISIONED, boot=healthy(desired).boot), desired)) == [
+        Action.ACCEPT, Action.JOIN]
+
+
+def test_image_change_plans_leave_reimage_accept_join_with_reasons(desired: Desired) -> None:  # noqa: F811
+    o = replace(healthy(desired), boot=BootSeen(desired.image, "0.0.1", NOW))
+    p = plan_node(o, desired)
+    assert actions(p) == [Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN]
+    reimage = p.steps[1]
+    assert not reimage.implemented and "not yet implemented: reimage" in reimage.describe()
+    assert all("0.0.1" in s.reason for s in p.steps)
+
+
+def test_power_off_plans_power_on_shown_as_not_yet_implemented(desired: Desired) -> None:  # noqa: F811
+    p = plan_node(replace(healthy(desired), bmc=BmcSeen("off")), desired)
+    assert actions(p) == [Action.POWER_ON] and "not yet implemented" in p.steps[0].describe()
+    assert plan([replace(healthy(desired), bmc=BmcSeen("off"))], {desired.node.name: desired}).changes
+
+
+def test_foreign_drain_blocks_and_nothing_is_planned_through_it(desired: Desired) -> None:  # noqa: F811
+    o = replace(healthy(desired), boot=BootSeen(desired.image, "0.0.1", NOW),
+                slurm=SlurmSeen("IDLE+DRAIN", True, False, "bad DIMM", "other", None, "alice",
+                                (desired.pool.partition or "",)))
+    p = plan_node(o, desired)
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["foreign-drain"]
+    assert "alice" in p.blockers[0].message
+
+
+def test_quarantined_and_held_nodes_are_blocked(desired: Desired) -> None:  # noqa: F811
+    q = plan_node(replace(healthy(desired), state=State.QUARANTINED), desired)
+    assert q.steps == [] and [b.kind for b in q.blockers] == ["quarantined"]
+    h = plan_node(replace(healthy(desired), state=State.PROVISIONED), desired, held_by="accept-1")
+    assert h.steps == [] and "accept-1" in h.blockers[0].message
+
+
+def test_running_jobs_under_wait_block_a_leave(desired: Desired) -> None:  # noqa: F811
+    d = replace(desired, pool=desired.pool.model_copy(update={"leave_policy": "wait"}))
+    o = replace(healthy(d), acceptance=AcceptanceSeen(True, False, True, True, "r"),
+                slurm=replace(healthy(d).slurm, jobs=("42",)))  # type: ignore[type-var]
+    p = plan_node(o, d)
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["jobs-under-wait"] and "42" in p.blockers[0].message
+
+
+def test_nodes_added_and_removed_in_the_inventory(desired: Desired) -> None:  # noqa: F811
+    p = plan([healthy(desired)], {desired.node.name: desired, "new-1": desired}, missing=["new-1"],
+             removed=[desired.node.name])
+    by = {n.node: n for n in p.nodes}
+    assert actions(by["new-1"])[:2] == [Action.ENROLL, Action.PROVISION]
+    assert actions(by[desired.node.name]) == [Action.DECOMMISSION] and not by[desired.node.name].steps[0].implemented
