@@ -46,10 +46,10 @@ def plan_cmd(
                 continue
             out_console.print(f"[bold]{n.node}[/] ({n.state})")
             for i, s in enumerate(n.steps, 1):
-                out_console.print(f"  {i}. {s.describe()}", markup=False)
-                out_console.print(f"     why: {s.reason}", markup=False)
+                out_console.print(f"  {i}. {s.describe()}", markup=False, soft_wrap=True)
+                out_console.print(f"     why: {s.reason}", markup=False, soft_wrap=True)
             for b in n.blockers:
-                out_console.print(f"  blocked ({b.kind}): {b.message}", markup=False)
+                out_console.print(f"  blocked ({b.kind}): {b.message}", markup=False, soft_wrap=True)
         changing = sum(bool(n.steps) for n in result.nodes)
         blocked = sum(bool(n.blockers) for n in result.nodes)
         err_console.print("no changes" if not result.changes else f"{changing} node(s) to change", markup=False)

@@ -46,9 +46,10 @@ def refresh_cmd(
         emit_json({"at": seen[0].at.isoformat() if seen else None, "nodes": observe.as_table(seen),
                    "drift": [d.to_json() for d in found]})
     else:
-        emit_table(f"drift ({len(seen)} node(s) observed)", ["node", "source", "drift", "what"],
-                   [(d.node, d.source.value, d.kind, d.message) for d in found])
-        if not found:
-            err_console.print("no drift")
+        if found:
+            emit_table(f"drift ({len(seen)} node(s) observed)", ["node", "source", "drift", "what"],
+                       [(d.node, d.source.value, d.kind, d.message) for d in found])
+        else:
+            err_console.print(f"no drift ({len(seen)} node(s) observed)")
     if found:
         raise typer.Exit(FAILED)

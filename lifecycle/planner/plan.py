@@ -149,15 +149,24 @@ BLOCKING_DRIFT: dict[str, str] = {"foreign-drain": "foreign-drain", "foreign-cor
                                   "unreadable": "unreadable"}
 
 
+# Why a step follows the one before it, when the first step's reason is not its own.
+_FOLLOWS: dict[Action, str] = {
+    Action.ACCEPT: "a node serves only with a passing acceptance record newer than its provisioning",
+    Action.REIMAGE: "the image must change, and a node is reimaged only out of service",
+}
+
+
 def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]:
-    out = []
+    """The steps for ``actions``: the first carries ``reason``, the rest why they follow it."""
+    out: list[Step] = []
     for a in actions:
+        why = reason if not out else _FOLLOWS.get(a, reason)
         if a is Action.JOIN:
             step = _join(d)
             if step is not None:
-                out.append(Step(step.action, reason or step.reason, step.detail))
+                out.append(Step(step.action, (why or step.reason) if not out else step.reason, step.detail))
         else:
-            out.append(Step(a, reason))
+            out.append(Step(a, why))
     return out
 
 

@@ -34,7 +34,8 @@ def test_image_change_plans_leave_reimage_accept_join_with_reasons(desired: Desi
     assert actions(p) == [Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN]
     reimage = p.steps[1]
     assert not reimage.implemented and "not yet implemented: reimage" in reimage.describe()
-    assert all("0.0.1" in s.reason for s in p.steps)
+    assert "0.0.1" in p.steps[0].reason and "image must change" in reimage.reason
+    assert "acceptance record" in p.steps[2].reason and p.steps[3].detail == f"Slurm partition {desired.pool.partition}"
 
 
 def test_power_off_plans_power_on_shown_as_not_yet_implemented(desired: Desired) -> None:  # noqa: F811
@@ -73,3 +74,10 @@ def test_nodes_added_and_removed_in_the_inventory(desired: Desired) -> None:  # 
     by = {n.node: n for n in p.nodes}
     assert actions(by["new-1"])[:2] == [Action.ENROLL, Action.PROVISION]
     assert actions(by[desired.node.name]) == [Action.DECOMMISSION] and not by[desired.node.name].steps[0].implemented
+
+
+def test_every_step_says_why(desired: Desired) -> None:  # noqa: F811
+    kube = replace(desired, pool=desired.pool.model_copy(update={"scheduler": "kubernetes", "partition": None}))
+    p = plan_node(replace(healthy(kube), state=State.ACCEPTED, slurm=None), kube)
+    assert [(s.action, s.reason) for s in p.steps] == [
+        (Action.JOIN_KUBE, "accepted; its pool is served by Kubernetes")]
