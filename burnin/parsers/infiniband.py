@@ -30,6 +30,7 @@ class IbCa:
     ports: list[IbPort] = field(default_factory=list)
     ca_type: str | None = None
     firmware: str | None = None
+    ports_announced: int | None = None  # ibstat's "Number of ports" / ibv_devinfo's phys_port_cnt
 
 
 @dataclass
@@ -117,6 +118,8 @@ def parse_ibstat(text: str) -> IbReport:
                 cas[-1].ca_type = m.group("v")
             elif m.group("k") == "Firmware version":
                 cas[-1].firmware = m.group("v")
+            elif m.group("k") == "Number of ports" and m.group("v").isdigit():
+                cas[-1].ports_announced = int(m.group("v"))
         elif line.strip():
             raise ParseError(f"not a line of ibstat output: {line.strip()[:120]!r}")
     if not cas:
@@ -125,6 +128,9 @@ def parse_ibstat(text: str) -> IbReport:
     for ca in cas:
         if not ca.ports:
             raise ParseError(f"ibstat CA {ca.name} lists no ports (truncated?)")
+        if ca.ports_announced is not None and len(ca.ports) != ca.ports_announced:
+            raise ParseError(f"ibstat CA {ca.name} announces {ca.ports_announced} port(s) but lists "
+                             f"{len(ca.ports)} (truncated?)")
     return IbReport(cas=cas, source="ibstat")
 
 

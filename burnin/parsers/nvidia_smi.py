@@ -227,6 +227,9 @@ def _parse_text(text: str) -> SmiReport:
         tree = _tree(sec)
         if tree.get("Product Name") is None:
             raise ParseError(f"GPU section {i} has no Product Name (truncated?)")
+        if not tree.has("Processes") and not any(re.match(r"^\s+Processes\b", ln) for ln in sec):
+            # every full -q GPU section has it (only -d display filters leave it out)
+            raise ParseError(f"GPU section {i} has no Processes entry: the output was cut off")
         gpus.append(_text_gpu(i, tree))
     return SmiReport(
         "text", _na(top.get("Driver Version")), _na(top.get("CUDA Version")), gpus

@@ -126,6 +126,16 @@ _READ_FAILURE = re.compile(
 )
 
 
+# A kernel log line as dmesg (plain, -T, --time-format iso, -x) or journalctl -k print it.
+_KERNEL_LINE = re.compile(
+    r"^(?:\[\s*\d+\.\d+\]"                               # [   12.345678]
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]"  # [Sun Feb 23 16:24:18 2025]
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"                    # 2024-11-15T05:39:15,491363+00:00
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: "        # Feb 23 16:24:18 host kernel: (journalctl)
+    r"|[a-z]+ *:[a-z]+ *: )"                                 # kern  :err   : (dmesg -x)
+)
+
+
 def parse(text: str) -> XidReport:
     """Every Xid line in a kernel log (dmesg, journalctl -k); an empty list is a clean log."""
     if "\x00" in text:
@@ -135,6 +145,7 @@ def parse(text: str) -> XidReport:
     for line in text.splitlines():
         if _READ_FAILURE.match(line):
             raise ParseError(f"the kernel log could not be read: {line.strip()[:300]}")
+
     events: list[XidEvent] = []
     for line in text.splitlines():
         m = _XID.search(line)
@@ -159,4 +170,8 @@ def parse(text: str) -> XidReport:
                 process=name,
             )
         )
+    if not events and not any(_KERNEL_LINE.match(line) for line in text.splitlines()):
+        # "no Xid" is a finding only about a kernel log; an Xid line is kernel log content itself
+        raise ParseError("not a kernel log: no Xid line and no line with a dmesg or journalctl timestamp "
+                         f"({text.strip().splitlines()[0][:120]!r} …)")
     return XidReport(events=events)

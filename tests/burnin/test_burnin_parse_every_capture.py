@@ -35,6 +35,7 @@ MUST_ERROR = {
     "CONSTRUCTED_h100x8_nvidia-smi_device-handle-error-gpu3.txt": "Unable to determine the device handle",
     "DCGMIIncorrectresults.json": "test_categories",
     "h800x8_dcgmi-nvlink-s_llm-action.txt": "Diagnostic | Result",
+    "nvsentinel_xiderrorsmapping.csv": "not a kernel log",
 }
 
 

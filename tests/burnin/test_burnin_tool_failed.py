@@ -99,3 +99,37 @@ def test_dcgmi_error_after_partial_table_is_a_check_error(nfx: Fx, fake_bin: Fak
     check = _check("dcgm", tmp_path, fake_path)
     assert check.verdict == "error"
     assert "Error: Unable to complete diagnostic for group 2147483647. Return: (-15) : Timeout" in check.reason
+
+
+def test_ibstat_ca_listing_fewer_ports_than_it_announces_is_an_error(fx: Fx) -> None:
+    text = fx("infiniband/gpud_ibstat.47.0.h100.all.active.0.txt").read_text()
+    assert infiniband.parse(text).cas[0].ports_announced == 1
+    with pytest.raises(ParseError, match="announces 2 port"):
+        infiniband.parse(text.replace("Number of ports: 1", "Number of ports: 2", 1))
+
+
+def test_nvidia_smi_q_cut_inside_the_last_gpu_is_an_error(fx: Fx) -> None:
+    text = fx("nvidia-smi/gpud_nvidia-smi-query.535.161.08.h100x8.txt").read_text()
+    last = text.rindex("\nGPU 00000000:")
+    with pytest.raises(ParseError, match="GPU section 7 has no Processes entry"):
+        nvidia_smi.parse(text[: text.index("    Temperature", last)])
+
+
+@pytest.mark.parametrize("text", [
+    "1,Xid 1,CONTACT_SUPPORT,FATAL\n2,Xid 2,CONTACT_SUPPORT,FATAL\n",  # a CSV, not a kernel log
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07\n",   # no timestamp: not dmesg's output
+])
+def test_text_that_is_not_a_kernel_log_is_an_error(text: str) -> None:
+    with pytest.raises(ParseError, match="not a kernel log"):
+        xid.parse(text)
+
+
+@pytest.mark.parametrize("line", [
+    "[    4.216530] nvidia-nvlink: Nvlink Core is being initialized",
+    "[Sun Feb 23 16:24:18 2025] NVRM: GPU Board Serial Number: 1650124014249",
+    "2024-11-15T05:39:15,491363+00:00 nvidia-peermem loaded",
+    "Feb 23 16:24:18 node005 kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+    "kern  :info  : [    4.216530] nvidia-nvlink: Nvlink Core is being initialized",
+])
+def test_kernel_log_line_forms_read_as_a_clean_log(line: str) -> None:
+    assert xid.parse(line + "\n").events == []
