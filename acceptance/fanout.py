@@ -32,11 +32,12 @@ from typing import Literal, Protocol
 
 from acceptance.judge import NodeInput, Request
 from burnin.result import ResultFormatError, RunResult, load_result
+from lifecycle.model import vocab
 
 Status = Literal["ok", "unreachable", "timeout", "failed"]
 _HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SSH_UNREACHABLE = 255  # ssh's own exit status for connection and authentication failures
 
@@ -53,7 +54,7 @@ class Target:
     user: str = "root"
 
     def __post_init__(self) -> None:
-        if not _NODE.match(self.node):
+        if not vocab.is_node_name(self.node):
             raise FanoutError(f"node name {self.node!r} is not allowed")
         if not _HOST.match(self.host):
             raise FanoutError(f"host {self.host!r} is not allowed")
@@ -76,7 +77,7 @@ class BurninCommand:
     skip: tuple[str, ...] = ()
 
     def remote_dir(self, node: str) -> str:
-        if not _NODE.match(self.run_id):
+        if not _RUN.match(self.run_id):
             raise FanoutError(f"run id {self.run_id!r} is not allowed")
         return f"{self.base_dir.rstrip('/')}/{self.run_id}/{node}"
 

@@ -34,6 +34,7 @@ from acceptance.judge import GroupRun
 from acceptance.topology import Placement, acceptance_rounds, fabric_order
 from burnin.parsers import ParseError
 from burnin.parsers.nccl import parse as parse_nccl
+from lifecycle.model import vocab
 
 _JOBID = re.compile(r"^srun: jobid (\d+): nodes\(", re.MULTILINE)
 _JOB_ALLOC = re.compile(r"^srun: job (\d+) (?:queued|has been allocated)", re.MULTILINE)
@@ -51,7 +52,7 @@ class MultiNodeError(ValueError):
 
 def _check_group(group: Sequence[str]) -> None:
     for n in group:
-        if not _NAME.match(n):
+        if not vocab.is_node_name(n):
             raise MultiNodeError(f"node name {n!r} is not allowed")
     if len(group) < 2 or len(set(group)) != len(group):
         raise MultiNodeError(f"a multi-node run needs two or more distinct nodes, not {list(group)}")

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from lifecycle.model import vocab
 
 PROFILES: dict[str, str] = {
     "healthy": "everything passes",
@@ -46,7 +47,6 @@ PROFILES: dict[str, str] = {
 }
 
 FAULT_FILE = "fault.json"
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def parse_faults(
     for key_node, value_node in root.value:
         line = key_node.start_mark.line + 1
         name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not vocab.is_node_name(name):
             problems.append(FaultProblem(file, line, f"'{name}' is not a node name"))
             continue
         if name in seen:

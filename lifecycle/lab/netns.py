@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from lifecycle.model import vocab
+
 DEFAULT_PREFIX = "rl-"
 DEFAULT_SUBNET = "10.77.0.0/16"
 HUB = "hub"
@@ -47,7 +49,6 @@ BRIDGE = "br0"
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,11}-$")
-_NODE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 T = TypeVar("T")
 
 
@@ -234,7 +235,7 @@ class LabNet:
         """Create namespaces, veth pairs and addresses for these nodes (batched)."""
         new: list[NodeNet] = []
         for name in names:
-            if not _NODE_RE.match(name):
+            if not vocab.is_node_name(name):
                 raise ValueError(f"'{name}' is not a valid node name")
             if name in self.nodes:
                 raise ValueError(f"node '{name}' is already in the lab")
@@ -268,7 +269,7 @@ class LabNet:
         far side. The returned ``netns`` is the hub, where QEMU must run, and
         ``port`` the tap. Its MAC has QEMU's prefix, as a QEMU NIC's would.
         """
-        if not _NODE_RE.match(name):
+        if not vocab.is_node_name(name):
             raise ValueError(f"'{name}' is not a valid node name")
         if name in self.nodes or name in self.taps:
             raise ValueError(f"node '{name}' is already in the lab")

@@ -28,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -40,9 +39,9 @@ from typing import Any
 
 from lifecycle.drivers.slurm.hostlist import expand
 from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
+from lifecycle.model import vocab
 
 ACTIONS = ("lend", "reclaim")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def _check_env(env: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -85,7 +84,7 @@ def spawn(action: str, hostlists: list[str], env: Mapping[str, str] | None = Non
     log = env.get("RACKLIFE_ELASTIC_LOG") or os.devnull
     started: list[dict[str, str]] = []
     nodes = list(dict.fromkeys(h for hl in hostlists for h in expand(hl)))
-    bad = [n for n in nodes if not _NAME.match(n)]
+    bad = [n for n in nodes if not vocab.is_node_name(n)]
     if bad:  # node names become file and workflow names: refuse before starting anything
         raise ValueError(f"not valid node names: {', '.join(map(repr, bad))}")
     for node in nodes:

@@ -90,3 +90,29 @@ def test_workflows_list_show_cancel(tmp_path: Path) -> None:
                                check=True).stdout)
     assert [r["id"] for r in runs] == ["crash-wf"]
     assert racklife(tmp_path, "workflows", "show", "nope").returncode == 2
+
+
+def test_hostile_inventories_exit_2_with_json_and_no_traceback(tmp_path: Path) -> None:
+    """Issue 14's probes through the command: exit 2, every problem in JSON, no traceback, no store."""
+    from tests.model.test_inventory_edges import billion_laughs
+
+    base = EXAMPLE.read_text()
+    hostile = {
+        "laughs.yaml": billion_laughs().encode(),
+        "nested.yaml": ("site: " + "[" * 20_000 + "]" * 20_000 + "\n").encode(),
+        "nul.yaml": base.replace("serial: SN-H100-0102", "serial: SN-H100-\x000102").encode(),
+        "esc.yaml": base.replace("name: r01-n02", "name: r01-n02\x1b[2J").encode(),
+        "latin1.yaml": base.replace("ams1", "ams\xe9").encode("latin-1"),
+        "same-bmc.yaml": base.replace("https://10.10.1.12", "https://10.10.1.11:443/").encode(),
+    }
+    for name, data in hostile.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        for command in ("validate", "import"):
+            res = racklife(tmp_path, "inventory", command, str(path), "--json")
+            assert res.returncode == 2, (name, command, res.stderr)
+            assert "Traceback" not in res.stderr + res.stdout, (name, res.stderr)
+            problems = json.loads(res.stdout)["problems"]
+            assert problems and all(p["file"] == str(path) and p["line"] >= 1 and p["field"] for p in problems), \
+                (name, problems)
+    assert not (tmp_path / "racklife.sqlite").exists()

@@ -27,8 +27,9 @@ from lifecycle.drivers.slurm.parse import (
 )
 from lifecycle.drivers.slurm.runner import RestClient, Runner
 from lifecycle.drivers.slurm.types import DrainOwner, Reservation, SlurmJob, SlurmNode
+from lifecycle.model import vocab
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_RESERVATION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _JOB = re.compile(r"^\d+(_\d+)?$")
 _RUN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -76,7 +77,7 @@ def reason_for(run_id: str, human: str) -> str:
 def _names(nodes: Iterable[str]) -> list[str]:
     out = list(dict.fromkeys(nodes))
     for n in out:
-        if not _NAME.match(n):
+        if not vocab.is_node_name(n):
             raise ValueError(f"{n!r} is not a valid node name")
     if not out:
         raise ValueError("no nodes given")
@@ -231,7 +232,7 @@ class SlurmDriver:
 
     def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None:
         names = _names(nodes) if nodes else []
-        if not _NAME.match(partition):
+        if not vocab.is_node_name(partition):
             raise ValueError(f"{partition!r} is not a partition name")
         self.run([
             "scontrol", "update", f"partitionname={partition}",
@@ -284,7 +285,7 @@ class SlurmDriver:
         flags: str = "maint,ignore_jobs",
     ) -> None:
         """Fence nodes (e.g. for maintenance): only ``--reservation=name`` jobs run there."""
-        if not _NAME.match(name):
+        if not _RESERVATION.match(name):
             raise ValueError(f"{name!r} is not a reservation name")
         if any(r.name == name for r in self.reservations()):
             return

@@ -13,7 +13,6 @@ was started (the node then registers with the new scheduler by itself).
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -21,12 +20,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lifecycle.drivers.errors import NotSupported, OperationFailed, Unreachable
+from lifecycle.model import vocab
 
 Role = Literal["slurm", "kubernetes"]
 ROLE_CMD_ENV = "RACKLIFE_NODE_ROLE_CMD"
 """Environment variable holding the hook's command line (split like a shell would, never run by one)."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class CommandRoleSwitch:
 
     def switch(self, node: str, role: Role) -> str:
         """Start ``node`` in ``role``; returns the command's output (for the workflow's record)."""
-        if not _NAME.match(node):
+        if not vocab.is_node_name(node):
             raise ValueError(f"{node!r} is not a valid node name")
         argv: Sequence[str] = [*self.argv, role, node]
         try:

@@ -1,0 +1,213 @@
+"""The vocabularies racklife's values belong to, each checked by exactly one function.
+
+A node name travels from the inventory into Slurm's config, a Kubernetes
+Node, a DHCP reservation, an iPXE script, a file name and an argv list. When
+every place kept its own regular expression they drifted apart (five different
+ones accepted five different sets of names), so a name one layer accepted
+another could misread. Each vocabulary is defined here once; the inventory's
+pydantic types, the drivers and the renderers all call these functions, and a
+renderer re-checks at its boundary with the same rule the inventory applied.
+
+Every checker returns the value (normalised where the vocabulary has one
+spelling, e.g. a MAC in lower case) or raises ``ValueError`` with a message
+that never echoes the value: a value may be a secret typed into the wrong field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+# RFC 1123 label: what Slurm, Kubernetes and DNS all accept, and nothing a shell would interpret.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
+_SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_NIC = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_VERSION = re.compile(r"[A-Za-z0-9._+~-]{1,128}")
+_DNS_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*")
+# Kubernetes: a qualified name (label and taint keys without prefix, label values).
+_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_K8S_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def node_name(value: str) -> str:
+    """A node, rack, pool, site, partition or switch name: an RFC 1123 label."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ValueError(
+            "must be an RFC 1123 label: lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+def is_node_name(value: str) -> bool:
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
+def mac(value: str) -> str:
+    """A NIC's unicast MAC, normalised to lower case with ':'."""
+    norm = value.strip().lower().replace("-", ":")
+    if not _MAC.fullmatch(norm):
+        raise ValueError("is not a MAC address (expected six hex octets, e.g. 3c:ec:ef:12:34:56)")
+    if int(norm[:2], 16) & 1:
+        raise ValueError("is a multicast or broadcast MAC, not a NIC's address")
+    return norm
+
+
+def ip(value: str) -> str:
+    """Any IP address, in its canonical spelling."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError("is not an IP address") from None
+
+
+# What a node's own address can never be, and why (checked in this order).
+_NOT_A_NODE_ADDRESS: tuple[tuple[str, str], ...] = (
+    ("is_unspecified", "is the unspecified address (0.0.0.0 / ::), not a node's address"),
+    ("is_multicast", "is a multicast address, not a node's address"),
+    ("is_loopback", "is a loopback address: it would reach the controller itself, not the node"),
+    ("is_link_local", "is a link-local address: not routable, and not stable across boots"),
+)
+
+
+def node_ip(value: str) -> str:
+    """An address a node's NIC can hold: unicast, not loopback, link-local or broadcast."""
+    addr = ipaddress.ip_address(ip(value))
+    for attribute, why in _NOT_A_NODE_ADDRESS:
+        if getattr(addr, attribute):
+            raise ValueError(why)
+    if isinstance(addr, ipaddress.IPv4Address) and addr == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValueError("is the broadcast address, not a node's address")
+    if isinstance(addr, ipaddress.IPv4Address) and addr in ipaddress.IPv4Network("240.0.0.0/4"):
+        raise ValueError("is in the reserved 240.0.0.0/4 range, not a node's address")
+    return str(addr)
+
+
+def serial(value: str) -> str:
+    if not _SERIAL.fullmatch(value):
+        raise ValueError("must be 1-64 of letters, digits, '.', '_' and '-'")
+    return value
+
+
+def nic_name(value: str) -> str:
+    if not _NIC.fullmatch(value):
+        raise ValueError("must be an interface name: 1-15 of letters, digits, '_', '.' and '-'")
+    return value
+
+
+def version(value: str) -> str:
+    if not _VERSION.fullmatch(value):
+        raise ValueError("must be 1-128 of letters, digits and '._+~-'")
+    return value
+
+
+def hostname(value: str) -> str:
+    """A DNS host name, lower-cased, without the root's trailing dot; an all-digit name must be an IPv4."""
+    name = value.lower().removesuffix(".")
+    if len(name) > 253 or not _DNS_NAME.fullmatch(name):
+        raise ValueError("is not a host name, IP address or URL")
+    if re.fullmatch(r"[0-9.]+", name):
+        # '010.0.0.5' is not an IPv4 address to Python, but many resolvers read it as octal 8.0.0.5.
+        raise ValueError("looks like an IPv4 address but is not one (leading zeros, or too many parts)")
+    return name
+
+
+def label_key(value: str) -> str:
+    """A Kubernetes label or taint key: ``[prefix/]name``, prefix a DNS subdomain of at most 253."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    prefix, slash, name = value.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _K8S_PREFIX.fullmatch(prefix)):
+        raise ValueError("has a prefix that is not a DNS subdomain (lower-case, e.g. racklife.io/)")
+    if not _K8S_NAME.fullmatch(name):
+        raise ValueError(
+            "is not a Kubernetes label key: [prefix/]name, the name 1-63 of letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def label_value(value: str) -> str:
+    """A Kubernetes label value: empty, or 1-63 of ``[A-Za-z0-9_.-]`` starting and ending alphanumeric."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string (quote numbers and booleans in YAML)")
+    if value and not _K8S_NAME.fullmatch(value):
+        raise ValueError(
+            "is not a Kubernetes label value: empty, or 1-63 of letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class TaintSpec:
+    """A taint as pool definitions write it (kubectl's ``key[=value]:Effect``), checked."""
+
+    key: str
+    value: str
+    effect: TaintEffect
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+def taint(text: str) -> TaintSpec:
+    """Parse kubectl's ``key[=value]:Effect``; key and value follow label syntax."""
+    if not isinstance(text, str):
+        raise ValueError("must be a string 'key[=value]:Effect'")
+    head, colon, effect = text.rpartition(":")
+    if not colon or effect not in TAINT_EFFECTS:
+        raise ValueError(
+            "is not a taint: key[=value]:Effect with Effect one of " + ", ".join(TAINT_EFFECTS)
+        )
+    key, _, value = head.partition("=")
+    label_key(key)
+    label_value(value)
+    return TaintSpec(key, value, effect)
+
+
+def repo_path(value: str) -> str:
+    """A path inside the repository that holds the inventory: relative, no '..', no odd characters."""
+    if not re.fullmatch(r"[A-Za-z0-9._/-]{1,255}", value):
+        raise ValueError("must be a relative path of letters, digits and '._/-'")
+    parts = value.split("/")
+    if value.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError("must be a relative path inside the repository (no leading '/', no '.' or '..')")
+    return value
+
+
+_CREDENTIALS = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*|file:/[^\s]+")
+_REDFISH_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_TEXT_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def credentials_ref(value: str) -> bool:
+    """True for ``env:VARIABLE`` or ``file:/absolute/path`` (a bool: the value must never be echoed)."""
+    return isinstance(value, str) and _CREDENTIALS.fullmatch(value) is not None
+
+
+def redfish_id(value: str) -> str:
+    """A Redfish resource id as it appears in a URL path segment (``/Systems/<id>``)."""
+    if not _REDFISH_ID.fullmatch(value):
+        raise ValueError("must be a Redfish resource id: 1-64 of letters, digits, '.', '_' and '-'")
+    return value
+
+
+def text(value: str) -> str:
+    """Free text for people (a site's location, a rack's row): one line, printable, at most 200."""
+    if len(value) > 200:
+        raise ValueError("is longer than 200 characters")
+    if _TEXT_CONTROL.search(value):
+        raise ValueError("contains a control character; free text is one line of printable characters")
+    return value
+
+
+def is_printable(value: str) -> bool:
+    """No control characters: safe to quote in a message."""
+    return _TEXT_CONTROL.search(value) is None
