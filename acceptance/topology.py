@@ -131,6 +131,15 @@ def nvlink_blocks(places: Sequence[Placement]) -> RunPlan:
 
 
 def acceptance_rounds(places: Sequence[Placement]) -> list[RunPlan]:
-    """The multi-node rounds an acceptance run makes, cheapest evidence first; empty rounds dropped."""
+    """The multi-node rounds an acceptance run makes, cheapest evidence first; empty rounds dropped,
+    and so is a round whose every group an earlier round already ran (two nodes: their ring is
+    their pair, and running it twice proves nothing new)."""
     plans = [same_leaf_pairs(places), cross_spine_pairs(places), nvlink_blocks(places), ring(places)]
-    return [p for p in plans if p.groups]
+    out: list[RunPlan] = []
+    ran: set[frozenset[str]] = set()
+    for p in plans:
+        groups = {frozenset(g) for g in p.groups}
+        if p.groups and not groups <= ran:
+            out.append(p)
+            ran |= groups
+    return out

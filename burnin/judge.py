@@ -235,6 +235,8 @@ def _dcgm_level(report: DcgmReport, want: int) -> Finding:
     The level asked for proves nothing: a dcgmi that ignored ``-r`` or a result copied from a
     shorter run would otherwise be judged as the run that was wanted."""
     how = "inferred from the test categories" if report.level_inferred else "stated by the output"
+    if report.level_evidence:
+        how = f"{how}: {report.level_evidence}"
     if report.level is None:
         return Finding("dcgm.level", "error", None, want,
                        "the DCGM output does not say which level ran, nor do its categories imply one")

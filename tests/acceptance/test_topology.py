@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.topology import (
+    Placement,
     TopologyError,
     acceptance_rounds,
     cross_spine_pairs,
@@ -78,3 +79,8 @@ def test_bad_rows_are_refused() -> None:
         placements([("a", "l", "s", None), ("a", "l", "s", None)])
     with pytest.raises(TopologyError, match="required"):
         placements([("a", "", "s", None)])
+
+
+def test_a_round_that_repeats_earlier_groups_is_dropped() -> None:
+    two = [Placement("node-07", "leaf-1", "spine"), Placement("node-08", "leaf-1", "spine")]
+    assert [p.kind for p in acceptance_rounds(two)] == ["same_leaf_pairs"]  # their ring is their pair
