@@ -48,6 +48,7 @@ from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.states import IllegalTransition
 from lifecycle.store import StoreError, shared_store
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.retry import step
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _poll(cond: Any, timeout_s: float, what: str, target: str) -> None:
 # ------------------------------------------------------------------ steps
 
 
-@DBOS.step()
+@step(idempotent=True)
 def lendable_pool(node: str) -> str | None:
     """Why the node may not be lent, or None when its pool is a lendable Slurm pool."""
     store = shared_store()
@@ -113,7 +114,7 @@ def lendable_pool(node: str) -> str | None:
     return None
 
 
-@DBOS.step()
+@step(idempotent=True)  # drain/down read first; ours again is already done
 def slurm_hold(node: str, human: str, state: str = "drain") -> dict[str, str]:
     """Drain (or mark down) with racklife's reason; refuses when someone else holds the node."""
     driver = _slurm()
@@ -124,20 +125,20 @@ def slurm_hold(node: str, human: str, state: str = "drain") -> dict[str, str]:
     return {"owner": owner.kind, "run": owner.run_id or ""}
 
 
-@DBOS.step()
+@step(idempotent=True)  # resume_if_ours reads first
 def slurm_release(node: str) -> list[dict[str, str]]:
     """Lift racklife's own drain/down on the node (any racklife run's); a foreign one raises NotOurs."""
     return [{"node": r.node, "action": r.action} for r in _slurm().resume_if_ours([node])]
 
 
-@DBOS.step()
+@step(idempotent=False)  # reboots the node into another role
 def switch_role(node: str, role: str, settings: dict[str, Any]) -> str:
     s = ElasticSettings.from_dict(settings)
     target: Role = "slurm" if role == "slurm" else "kubernetes"
     return CommandRoleSwitch(s.role_cmd).switch(node, target)
 
 
-@DBOS.step()
+@step(idempotent=True)
 def kube_serve(node: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Wait for the node's kubelet, give it the lend pool's labels/taints, lift racklife's old cordon."""
     s = ElasticSettings.from_dict(settings)
@@ -165,7 +166,7 @@ def kube_serve(node: str, settings: dict[str, Any]) -> dict[str, Any]:
         kube.close()
 
 
-@DBOS.step()
+@step(idempotent=False)  # its deadline is the reclaim's: never started twice
 def kube_evict(node: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Cordon (owned by this run) and evict every pod through the Eviction API, up to the deadline."""
     s = ElasticSettings.from_dict(settings)
@@ -182,7 +183,7 @@ def kube_evict(node: str, settings: dict[str, Any]) -> dict[str, Any]:
         kube.close()
 
 
-@DBOS.step()
+@step(idempotent=True)
 def kube_uncordon(node: str, settings: dict[str, Any]) -> str:
     kube = _kube(ElasticSettings.from_dict(settings))
     try:
@@ -191,13 +192,13 @@ def kube_uncordon(node: str, settings: dict[str, Any]) -> str:
         kube.close()
 
 
-@DBOS.step()
+@step(idempotent=True)
 def acceptance_record_id(node: str) -> str | None:
     rec = shared_store().valid_acceptance(node)
     return rec.id if rec else None
 
 
-@DBOS.step()
+@step(idempotent=False)  # a wait to a deadline: a retry would extend it
 def slurm_registered(node: str, timeout_s: float) -> str:
     """Wait until the node's slurmd has registered (no longer powering up, responding)."""
     driver = _slurm()

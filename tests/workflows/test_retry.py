@@ -20,7 +20,7 @@ from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, OperationFai
 from lifecycle.drivers.slurm.driver import NotOurs
 from lifecycle.drivers.slurm.types import DrainOwner
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
-from lifecycle.workflows import node_ops, provision, retry, slurm_pool
+from lifecycle.workflows import elastic, node_ops, provision, retry, slurm_pool
 from lifecycle.workflows.retry import Retrier, RetryPolicy, is_idempotent, step, using
 
 TREE = "dmtf-public-rackmount1"
@@ -139,11 +139,16 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
         for fn in (provision.begin_run, provision.inspect_node, provision.set_network_boot,
                    provision.boot_attempt, provision.await_phone_home, provision.verify_boot,
                    node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
-                   slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty)
+                   slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty,
+                   elastic.lendable_pool, elastic.slurm_hold, elastic.slurm_release, elastic.switch_role,
+                   elastic.kube_serve, elastic.kube_evict, elastic.kube_uncordon,
+                   elastic.acceptance_record_id, elastic.slurm_registered)
     }
     assert None not in declared.values()
-    # The side effects that must not repeat: a power cycle, requeueing or cancelling jobs.
-    assert [n for n, ok in declared.items() if not ok] == ["boot_attempt", "drain_and_empty"]
+    # The side effects that must not repeat (a power cycle, requeueing or cancelling jobs, a role
+    # switch) and the waits whose deadline a retry would stretch.
+    assert [n for n, ok in declared.items() if not ok] == [
+        "boot_attempt", "drain_and_empty", "switch_role", "kube_evict", "slurm_registered"]
 
 
 @pytest.mark.parametrize("error", [
