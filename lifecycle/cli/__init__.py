@@ -24,6 +24,8 @@ from lifecycle.cli import refresh as _refresh
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import tour as _tour
 from lifecycle.cli import workflows as _workflows
+from lifecycle.cli._common import BAD_INPUT, fail
+from lifecycle.workflows.retry import RetryPolicy
 
 app = typer.Typer(
     name="racklife",
@@ -43,6 +45,10 @@ def _root(
 ) -> None:
     if db:
         os.environ["RACKLIFE_DB"] = db
+    try:
+        RetryPolicy.from_env()  # a malformed RACKLIFE_RETRY_* is refused before anything runs
+    except ValueError as exc:
+        fail(str(exc), BAD_INPUT)
 
 
 app.add_typer(_inventory.app, name="inventory")

@@ -42,8 +42,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import ParamSpec, TypeVar
 
-from dbos import DBOS
-
 from lifecycle.drivers.errors import TemporaryError
 
 log = logging.getLogger(__name__)
@@ -159,6 +157,8 @@ def step(*, idempotent: bool, name: str | None = None) -> Callable[[Callable[P, 
     the policy. ``idempotent=False``: it runs once; any error goes to the
     workflow.
     """
+
+    from dbos import DBOS  # here, so that reading the policy (the CLI does, first) needs no DBOS
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         body: Callable[P, R] = fn

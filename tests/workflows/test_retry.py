@@ -7,8 +7,12 @@ for the backoff.
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,3 +166,13 @@ def test_errors_survive_the_journal(error: DriverError) -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error) and str(copy) == str(error)
     assert (copy.retryable, copy.delay_s, copy.exit_code) == (error.retryable, error.delay_s, error.exit_code)
+
+
+def test_a_malformed_policy_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    exe = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
+    env = dict(os.environ) | {"RACKLIFE_DB": f"sqlite:///{tmp_path / 'rl.sqlite'}",
+                              "RACKLIFE_RETRY_MAX_DELAY_S": "soon"}
+    res = subprocess.run([exe, "nodes", "list", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "RACKLIFE_RETRY_MAX_DELAY_S='soon' is not a number" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "rl.sqlite").exists()
