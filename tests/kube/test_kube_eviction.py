@@ -8,12 +8,14 @@ scale.
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
 
 from lifecycle.lab.kube import KubeStandIn
-from tests.kube.helpers import call
+from tests.kube.helpers import call, connect
 
 EVICT = "/api/v1/namespaces/default/pods/{}/eviction"
 
@@ -119,3 +121,43 @@ def test_eviction_answers_for_missing_and_mismatched_pods(stand_in: KubeStandIn)
     assert (status, answer["reason"]) == (400, "BadRequest")
     status, _, _ = call(stand_in, "GET", EVICT.format("web-0"))
     assert status == 405
+
+
+def test_a_budget_the_controller_has_not_seen_yet_answers_429_with_retry_after() -> None:
+    with KubeStandIn(shutdown_s=0, budget_lag_s=0.5) as api:
+        web(api, 3)
+        api.create_pdb("web", {"app": "web"}, max_unavailable=1)
+        status = budget(api)
+        assert (status["observedGeneration"], status["disruptionsAllowed"]) == (0, 1)
+        conn = connect(api)
+        try:
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0"}}
+            conn.request("POST", EVICT.format("web-0"), body=json.dumps(body),
+                         headers={"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+        finally:
+            conn.close()
+        assert (resp.status, resp.getheader("Retry-After")) == (429, "10")
+        assert answer["details"]["retryAfterSeconds"] == 10
+        assert answer["details"]["causes"][0]["message"] == \
+            "The disruption budget web is still being processed by the server."
+        time.sleep(0.6)
+        assert budget(api)["observedGeneration"] == 1
+        assert evict(api, "web-0")[0] == 201
+
+
+def test_a_budget_at_zero_answers_429_without_retry_after(stand_in: KubeStandIn) -> None:
+    web(stand_in, 1)
+    stand_in.create_pdb("web", {"app": "web"}, min_available=1)
+    conn = connect(stand_in)
+    try:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0"}}
+        conn.request("POST", EVICT.format("web-0"), body=json.dumps(body),
+                     headers={"Authorization": f"Bearer {stand_in.token}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+    finally:
+        conn.close()
+    # As kube-apiserver: a spent budget suggests no delay (NewTooManyRequests(..., 0)); clients back off themselves.
+    assert (resp.status, resp.getheader("Retry-After")) == (429, None)

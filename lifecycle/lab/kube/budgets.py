@@ -13,7 +13,7 @@ already terminating), two budgets on one pod (500), an unready pod under
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,12 +65,17 @@ def status(store: Store, pdb: Mapping[str, Any]) -> tuple[sel.BudgetStatus, str 
     return sel.budget_status(pdb, pods, scale), None
 
 
-def status_object(store: Store, pdb: Mapping[str, Any]) -> Obj:
-    """``PodDisruptionBudget.status`` as the controller writes it, conditions included."""
+def status_object(store: Store, pdb: Mapping[str, Any], observed: bool = True) -> Obj:
+    """``PodDisruptionBudget.status`` as the controller writes it, conditions included.
+
+    ``observed`` False: the controller has not yet seen the budget's latest
+    spec (``observedGeneration`` one behind), as for a moment after a change.
+    """
     computed, failure = status(store, pdb)
     allowed = computed.disruptions_allowed > 0
     reason = "SyncFailed" if failure else "SufficientPods" if allowed else "InsufficientPods"
-    out: Obj = dict(computed.as_status(int(pdb["metadata"].get("generation", 1))))
+    generation = int(pdb["metadata"].get("generation", 1))
+    out: Obj = dict(computed.as_status(generation if observed else generation - 1))
     out["conditions"] = [{"type": "DisruptionAllowed", "status": "True" if allowed else "False", "reason": reason,
                           "message": failure or "", "observedGeneration": out["observedGeneration"],
                           "lastTransitionTime": pdb["metadata"].get("creationTimestamp")}]
@@ -83,12 +88,18 @@ class Verdict:
     code: int = 201
     message: str = ""
     cause: str = ""
+    retry_after_s: int = 0
+    """Sent as ``Retry-After`` (kube-apiserver suggests 10 s while a budget's change is being processed)."""
 
 
 IGNORE_BUDGET_PHASES = frozenset({"Pending", "Succeeded", "Failed"})
 
 
-def evict(store: Store, pod: Mapping[str, Any]) -> Verdict:
+VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def evict(store: Store, pod: Mapping[str, Any],
+          observed: Callable[[Mapping[str, Any]], bool] = lambda _: True) -> Verdict:
     """May this pod be evicted now? (kube-apiserver's ``pods/eviction`` rules)."""
     phase = (pod.get("status") or {}).get("phase")
     if phase in IGNORE_BUDGET_PHASES or pod["metadata"].get("deletionTimestamp"):
@@ -102,6 +113,9 @@ def evict(store: Store, pod: Mapping[str, Any]) -> Verdict:
     if not budgets:
         return Verdict(True)
     pdb = budgets[0]
+    if not observed(pdb):
+        return Verdict(False, 429, VIOLATION, f"The disruption budget {pdb['metadata']['name']} is still being "
+                       "processed by the server.", retry_after_s=10)
     computed, _ = status(store, pdb)
     ready = sel.pod_is_healthy(pod)
     policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
@@ -110,8 +124,7 @@ def evict(store: Store, pod: Mapping[str, Any]) -> Verdict:
         return Verdict(True)
     if computed.disruptions_allowed > 0:
         return Verdict(True)
-    return Verdict(False, 429, "Cannot evict pod as it would violate the pod's disruption budget.",
-                   sel.budget_violation(pdb["metadata"]["name"], computed))
+    return Verdict(False, 429, VIOLATION, sel.budget_violation(pdb["metadata"]["name"], computed))
 
 
 def owned_status(store: Store, owner: Mapping[str, Any], daemon: bool) -> Obj:

@@ -39,8 +39,10 @@ PUBLIC = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 class ApiServer(WritePath):
     """One cluster's API. ``token``: the bearer token every request but ``/version`` and health must carry."""
 
-    def __init__(self, token: str | None = None, shutdown_s: float = 0.2) -> None:
+    def __init__(self, token: str | None = None, shutdown_s: float = 0.2, budget_lag_s: float = 0.0) -> None:
         self.token = token
+        self.budget_lag_s = budget_lag_s
+        self._budget_seen_at = {}
         self.store = Store()
         self.kubelet = LabKubelet(self.store, self._write, self._delete_obj, shutdown_s)
         self.address = "127.0.0.1:0"
@@ -76,7 +78,8 @@ class ApiServer(WritePath):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             return await self._route(request)
         except ApiError as e:
-            return answer(e.status(), e.code)
+            retry = e.details.get("retryAfterSeconds")
+            return answer(e.status(), e.code, {"Retry-After": str(retry)} if retry else None)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"

@@ -13,7 +13,9 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +36,17 @@ class WritePath:
 
     store: Store
     kubelet: LabKubelet
+    budget_lag_s: float = 0.0
+    """How long the disruption controller takes to observe a budget's new spec (0: at once)."""
+    _budget_seen_at: dict[str, float]
+
+    def _observed(self, pdb: Mapping[str, Any]) -> bool:
+        at = self._budget_seen_at.get(str(pdb["metadata"].get("uid")))
+        return at is None or time.monotonic() >= at
+
+    def _budget_changed(self, pdb: Mapping[str, Any]) -> None:
+        if self.budget_lag_s > 0:
+            self._budget_seen_at[str(pdb["metadata"]["uid"])] = time.monotonic() + self.budget_lag_s
 
     # ------------------------------------------------------------ shared with reads
 
@@ -47,7 +60,7 @@ class WritePath:
     def _shown(self, kind: Kind, obj: Obj) -> Obj:
         """The object as clients see it: controllers' status (budgets, replica sets) computed now."""
         if kind is PDBS:
-            obj = dict(obj, status=budgets.status_object(self.store, obj))
+            obj = dict(obj, status=budgets.status_object(self.store, obj, self._observed(obj)))
         elif kind in (kinds.REPLICASETS, kinds.DAEMONSETS):
             obj = dict(obj, status=budgets.owned_status(self.store, obj, kind is kinds.DAEMONSETS))
         return obj
@@ -123,6 +136,8 @@ class WritePath:
         if request.query.get("dryRun") == "All":
             return answer(obj, 201, warnings)
         stored = self.store.put(kind, obj, None)
+        if kind is PDBS:
+            self._budget_changed(stored)
         if kind is PODS:
             self.kubelet.pod_created(stored)
         elif kind is NODES:
@@ -225,6 +240,8 @@ class WritePath:
                 (kind is not PODS or meta.get("deletionGracePeriodSeconds") == 0):
             return answer(self.store.remove(kind, meta.get("namespace"), meta["name"]), 200, warnings)
         stored = self._write(kind, new, old)
+        if kind is PDBS and meta.get("generation") != before.get("generation"):
+            self._budget_changed(stored)
         return answer(self._shown(kind, stored), 200, warnings)
 
     def _write(self, kind: Kind, new: Obj, old: Obj | None) -> Obj:
@@ -315,10 +332,12 @@ class WritePath:
         if named not in (None, at.name):
             raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         pod = self._current(at)
-        verdict = budgets.evict(self.store, pod)
+        verdict = budgets.evict(self.store, pod, self._observed)
         if not verdict.allowed:
             details: Obj = {"causes": [{"reason": "DisruptionBudget", "message": verdict.cause}]} if verdict.cause \
                 else {}
+            if verdict.retry_after_s:
+                details["retryAfterSeconds"] = verdict.retry_after_s
             raise ApiError(verdict.code, "TooManyRequests" if verdict.code == 429 else "InternalError",
                            verdict.message, **details)
         options = body.get("deleteOptions") or {}
