@@ -274,3 +274,18 @@ def test_namespaces_create_and_delete(kubectl: Kubectl) -> None:
     assert 'namespaces "team-a" not found' in done.stderr
     done = kubectl("delete", "namespace", "kube-system", ok=False)
     assert "Error from server (Forbidden)" in done.stderr
+
+
+def test_scale_changes_what_a_budget_expects(stand_in: KubeStandIn, kubectl: Kubectl) -> None:
+    stand_in.join("gpu-01")
+    for name in ("web-a", "web-b"):
+        stand_in.create_pod(name, "gpu-01", labels={"app": "web"}, owner_kind="ReplicaSet", owner_name="web")
+    stand_in.create_pdb("web", {"app": "web"}, max_unavailable=1)
+    assert kubectl("scale", "rs", "web", "--replicas=2").stdout.strip() == "replicaset.apps/web scaled"
+    assert kubectl.json("get", "pdb", "web")["status"]["disruptionsAllowed"] == 1
+    kubectl("scale", "rs", "web", "--replicas=3")  # a replica is missing: the budget is spent
+    assert kubectl.json("get", "rs", "web")["spec"]["replicas"] == 3
+    pdb = kubectl.json("get", "pdb", "web")["status"]
+    assert (pdb["expectedPods"], pdb["disruptionsAllowed"]) == (3, 0)
+    done = kubectl("scale", "rs", "web", "--replicas=-1", ok=False)
+    assert done.returncode == 1

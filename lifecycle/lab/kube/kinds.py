@@ -88,7 +88,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("all",),
          subresources=(_status("DaemonSet"),), status_on_create="reset", generation=True),
     Kind("apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), ("all",),
-         subresources=(_status("ReplicaSet"),), status_on_create="reset", generation=True),
+         subresources=(_status("ReplicaSet"), Subresource("scale", "Scale", ("get", "patch", "update"),
+                                                           "autoscaling", "v1")),
+         status_on_create="reset", generation=True),
 )
 BY_PATH: dict[tuple[str, str, str], Kind] = {(k.group, k.version, k.plural): k for k in KINDS}
 BY_KEY: dict[tuple[str, str], Kind] = {k.key: k for k in KINDS}

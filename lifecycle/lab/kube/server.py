@@ -128,6 +128,8 @@ class ApiServer(WritePath):
             if method == "POST":
                 return await self._create(request, at)
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
+        if at.sub == "scale":
+            return await self._scale(request, at)
         if at.sub == "eviction":
             if method != "POST":
                 raise ApiError(405, "MethodNotAllowed", "evictions are created with POST")

@@ -323,6 +323,44 @@ class WritePath:
             return self.store.put(kind, new, obj) if new != obj else obj
         return self.store.remove(kind, ns, name)
 
+    async def _scale(self, request: web.Request, at: Route) -> web.StreamResponse:
+        """``replicasets/{name}/scale`` (autoscaling/v1 Scale): read or change ``spec.replicas``."""
+        current = self._current(at)
+        meta = current["metadata"]
+        shown = self._shown(at.kind, current)
+        scale: Obj = {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                      "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                                        "creationTimestamp") if k in meta},
+                      "spec": {"replicas": int((current.get("spec") or {}).get("replicas", 1))},
+                      "status": {"replicas": int(shown["status"].get("replicas", 0)), "selector": ",".join(
+                          f"{k}={v}" for k, v in ((current.get("spec") or {}).get("selector") or {})
+                          .get("matchLabels", {}).items())}}
+        if request.method == "GET":
+            return answer(scale)
+        if request.method not in ("PATCH", "PUT"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on a scale")
+        body = await self._body(request)
+        if request.method == "PATCH":
+            media = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+            try:
+                body = patching.apply(media, scale, body)
+            except patching.PatchError as e:
+                raise ApiError(e.code, "BadRequest", str(e)) from e
+        replicas = ((body or {}).get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise invalid(at.kind, meta["name"], [rules.Cause("FieldValueInvalid", "spec.replicas",
+                          f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
+        asked = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        if asked not in (None, "") and str(asked) != meta["resourceVersion"]:
+            raise conflict(at.kind, meta["name"])
+        new = copy.deepcopy(current)
+        new["spec"]["replicas"] = replicas
+        sub = Route(at.kind, at.namespace, at.name)
+        self._update(request, sub, current, new, {})
+        scale["spec"]["replicas"] = replicas
+        scale["metadata"]["resourceVersion"] = str(self.store.version)
+        return answer(scale)
+
     async def _evict(self, request: web.Request, at: Route) -> web.StreamResponse:
         body = await self._body(request) or {}
         if not isinstance(body, dict):
