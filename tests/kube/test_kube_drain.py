@@ -106,3 +106,26 @@ def test_fake_pods_take_time_to_terminate(clock: Any) -> None:
     assert report.terminating == ("default/web-a",)  # still shutting down at the deadline
     clock.now += 30
     assert fake.pods_on("gpu-01") == []
+
+
+def test_the_servers_retry_after_is_a_floor_for_the_backoff(tmp_path: Any, clock: Any) -> None:
+    """A budget the controller has not seen yet: 429 with Retry-After 10; the drain waits that, not its 1 s."""
+    import time
+
+    from lifecycle.drivers.kube.api import KubeApiDriver
+    from lifecycle.lab.kube import KubeStandIn
+
+    with KubeStandIn(shutdown_s=0, budget_lag_s=0.3) as api:
+        api.join("gpu-01")
+        api.create_pod("web-a", "gpu-01", labels={"app": "web"}, owner_kind="ReplicaSet", owner_name="web")
+        api.create_pdb("web", {"app": "web"}, max_unavailable=1)
+        driver = KubeApiDriver.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"), clock=clock,
+                                               sleep=clock.sleep)
+        try:
+            driver.cordon("gpu-01", "run-1")
+            clock.at_sleep = [lambda: time.sleep(0.4)]  # the controller catches up while the drain waits
+            report = driver.drain("gpu-01", deadline_s=60, backoff=EvictionBackoff(first_s=1, factor=2, max_s=30))
+        finally:
+            driver.close()
+    assert report.complete and report.evicted == ("default/web-a",)
+    assert clock.sleeps[0] == 10

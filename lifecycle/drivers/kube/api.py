@@ -38,6 +38,7 @@ from lifecycle.drivers.kube.types import (
     Budget,
     KubeNode,
     KubePod,
+    Refusal,
     Taint,
     WatchEvent,
 )
@@ -195,7 +196,7 @@ class KubeApiDriver(KubeDriver):
         with _edge(f"{self.target} node/{name}"):
             return node_from_api(self.client.patch(Node, name, dict(patch), patch_type=PatchType.MERGE))
 
-    def _evict(self, pod: KubePod) -> str | None:
+    def _evict(self, pod: KubePod) -> Refusal | None:
         eviction = PodEviction(metadata=ObjectMeta(name=pod.name, namespace=pod.namespace))
         with _edge(f"{self.target} pod/{pod.key}"):
             try:
@@ -206,7 +207,8 @@ class KubeApiDriver(KubeDriver):
                 if e.response.status_code == 429:
                     causes = (e.status.details.causes if e.status.details else None) or []
                     words = [c.message for c in causes if c.message] or [e.status.message or "too many requests"]
-                    return "; ".join(words)
+                    after = e.response.headers.get("Retry-After", "")
+                    return Refusal("; ".join(words), float(after) if after.isdigit() else 0.0)
                 raise
         return None
 

@@ -36,6 +36,7 @@ from lifecycle.drivers.kube.types import (
     KubeNode,
     KubePod,
     PoolChange,
+    Refusal,
     Taint,
     check_run_id,
     maintenance_taint,
@@ -86,7 +87,7 @@ class KubeDriver(ABC):
         """A JSON merge patch; a ``metadata.resourceVersion`` in it makes it conditional (``Conflict``)."""
 
     @abstractmethod
-    def _evict(self, pod: KubePod) -> str | None:
+    def _evict(self, pod: KubePod) -> Refusal | None:
         """Ask the Eviction subresource; None when the pod is gone or going, else the budget's refusal."""
 
     @abstractmethod
@@ -237,6 +238,7 @@ class KubeDriver(ABC):
         calls = 0
         while pending:
             refused: list[KubePod] = []
+            suggested = 0.0
             for pod in pending:
                 calls += 1
                 why = self._evict(pod)
@@ -244,10 +246,12 @@ class KubeDriver(ABC):
                     evicted.append(pod.key)
                     blocked.pop(pod.key, None)
                 else:
-                    blocked[pod.key] = why
+                    blocked[pod.key] = why.message
+                    suggested = max(suggested, why.retry_after_s)
                     refused.append(pod)
             pending = refused
-            if not pending or not self._wait(deadline, next(delays)):
+            # The server's Retry-After is a floor: waiting less would only be refused again.
+            if not pending or not self._wait(deadline, max(next(delays), suggested)):
                 break
         terminating = set(evicted)
         gone_delays = (backoff or EvictionBackoff()).delays()

@@ -28,6 +28,7 @@ from lifecycle.drivers.kube.types import (
     Budget,
     KubeNode,
     KubePod,
+    Refusal,
     Taint,
 )
 
@@ -195,7 +196,7 @@ class FakeKubeDriver(KubeDriver):
                               status.desired_healthy, status.disruptions_allowed))
         return out
 
-    def _evict(self, pod: KubePod) -> str | None:
+    def _evict(self, pod: KubePod) -> Refusal | None:
         self._enter("evict", pod.key)
         key = (pod.namespace, pod.name)
         live = dict(self._live_pods())
@@ -212,7 +213,7 @@ class FakeKubeDriver(KubeDriver):
             if budgets:
                 status = self.budget(budgets[0][1], pod.namespace)
                 if status.disruptions_allowed < 1:
-                    return sel.budget_violation(budgets[0][1], status)
+                    return Refusal(sel.budget_violation(budgets[0][1], status))
         if self.grace_s > 0:
             obj["metadata"]["deletionTimestamp"] = str(self.clock())
             self._gone_at[key] = self.clock() + self.grace_s

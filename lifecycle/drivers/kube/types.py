@@ -211,6 +211,14 @@ class EvictionBackoff:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """The Eviction API's 429: the budget's words, and the delay the server suggests (0: none)."""
+
+    message: str
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Budget:
     """A PodDisruptionBudget as the API reports it (spec figures and the controller's status)."""
 
