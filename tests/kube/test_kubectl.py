@@ -266,8 +266,13 @@ def test_get_watch_prints_columns_as_things_change(stand_in: KubeStandIn, kubect
 
 
 def test_namespaces_create_and_delete(kubectl: Kubectl) -> None:
-    manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n"
-    assert kubectl("create", "-f", "-", stdin=manifest).stdout.strip() == "namespace/team-a created"
+    # kubectl's typed generator sends protobuf; -f sends JSON: both must work.
+    assert kubectl("create", "namespace", "team-a").stdout.strip() == "namespace/team-a created"
+    manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-b\n  labels: {team: b}\n"
+    assert kubectl("create", "-f", "-", stdin=manifest).stdout.strip() == "namespace/team-b created"
+    assert kubectl.json("get", "ns", "team-b")["metadata"]["labels"]["team"] == "b"
+    done = kubectl("create", "namespace", "Team_C", ok=False)
+    assert 'The Namespace "Team_C" is invalid: metadata.name: Invalid value: "Team_C"' in done.stderr
     assert lines(kubectl("get", "ns", "team-a", "--no-headers").stdout)[0][:2] == ["team-a", "Active"]
     assert kubectl("delete", "namespace", "team-a").stdout.strip() == 'namespace "team-a" deleted'
     done = kubectl("get", "ns", "team-a", ok=False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lifecycle.lab.kube import budgets, kinds, patching, rules
+from lifecycle.lab.kube import budgets, kinds, patching, protobuf, rules
 from lifecycle.lab.kube.answers import ApiError, answer, conflict, invalid, later, not_found
 from lifecycle.lab.kube.kinds import NAMESPACES, NODES, PDBS, PODS, Kind, Route
 from lifecycle.lab.kube.kubelet import LabKubelet, now
@@ -29,6 +29,7 @@ from lifecycle.lab.kube.store import Store
 Obj = dict[str, Any]
 BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DEFAULT_GRACE_S = 30
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 class WritePath:
@@ -67,6 +68,11 @@ class WritePath:
 
     async def _body(self, request: web.Request) -> Any:
         media = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        if request.method in ("POST", "PUT") and media == PROTOBUF:
+            try:
+                return protobuf.decode(await request.read())
+            except protobuf.Undecodable as e:
+                raise ApiError(415, "UnsupportedMediaType", str(e)) from e
         if request.method in ("POST", "PUT") and media not in ("", "application/json", "*/*"):
             raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
                            "accepted media types include: application/json")
