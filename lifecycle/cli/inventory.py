@@ -8,7 +8,7 @@ import typer
 
 from lifecycle.cli._common import BAD_INPUT, REFUSED, JsonOpt, emit_json, err_console, fail, out_console
 from lifecycle.model.inventory import Inventory, InventoryError, load_inventory
-from lifecycle.store import Store, StoreError
+from lifecycle.store import ImportRefused, Store, StoreError
 
 app = typer.Typer(help="Validate and import inventory files.", no_args_is_help=True)
 
@@ -49,12 +49,29 @@ def import_(file: Path = typer.Argument(..., help="Inventory YAML file."), as_js
     store = Store()
     try:
         report = store.import_inventory(inv, reason=f"inventory import from {file}")
+    except ImportRefused as exc:
+        if as_json:
+            emit_json({"imported": False, "problems": exc.problems})
+            raise typer.Exit(REFUSED) from None
+        fail(str(exc), REFUSED)
     except StoreError as exc:
         fail(str(exc), REFUSED)
     finally:
         store.close()
+    removed = [{"node": r.node, "serial": r.serial, "state": r.state.value} for r in report.removed]
     if as_json:
-        emit_json({"added": report.added, "updated": report.updated, "unchanged": report.unchanged})
-    else:
-        out_console.print(f"imported {file}: {len(report.added)} added, {len(report.updated)} updated, "
-                          f"{len(report.unchanged)} unchanged")
+        emit_json({"added": report.added, "updated": report.updated, "unchanged": report.unchanged,
+                   "renamed": [{"from": old, "to": new} for old, new in report.renamed],
+                   "removed": removed,
+                   "changes": [{"node": c.node, "serial": c.serial, "kind": c.kind, "old": c.old, "new": c.new}
+                               for c in report.changes]})
+        return
+    out_console.print(f"imported {file}: {len(report.added)} added, {len(report.updated)} updated, "
+                      f"{len(report.unchanged)} unchanged, {len(report.renamed)} renamed, "
+                      f"{len(report.removed)} removed from the file", markup=False)
+    for c in report.changes:
+        what = f"{c.old} → {c.new}" if c.old is not None else str(c.new)
+        out_console.print(f"  {c.node}: {c.kind}: {what}", markup=False)
+    for r in report.removed:
+        out_console.print(f"  {r.node} (serial {r.serial}, {r.state.value}): not in the file; kept in the store "
+                          "until decommissioned", markup=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import typer
@@ -89,18 +90,25 @@ def show(name: str, as_json: bool = JsonOpt) -> None:
 
 @node_app.command("history")
 def history(name: str, as_json: bool = JsonOpt) -> None:
-    """Every transition of a node: time, event, from → to, actor, reason, workflow run."""
+    """Every transition of a node (time, event, from → to, actor, reason, run), and every change of its record."""
     store = Store()
     try:
         _get(store, name)
         hist = store.history(name)
+        changes = store.changes(name)
     finally:
         store.close()
+    rows: list[tuple[datetime, dict[str, object]]] = [
+        (t.at, {"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None,
+                "to": t.target.value, "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id})
+        for t in hist]
+    # A record change (rename, pool, BMC, other fields) is an event of its own, from the old value to the new.
+    rows += [(c.at, {"at": c.at.isoformat(), "event": c.kind, "from": c.old, "to": c.new, "actor": c.actor.value,
+                     "reason": c.reason, "run_id": None}) for c in changes]
+    rows.sort(key=lambda r: r[0])
     if as_json:
-        emit_json([{"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None,
-                    "to": t.target.value, "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id}
-                   for t in hist])
+        emit_json([r for _, r in rows])
         return
     emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "reason", "run"],
-               [(f"{t.at:%Y-%m-%d %H:%M:%S}", t.event, t.source.value if t.source else "-", t.target.value,
-                 t.actor.value, t.reason, t.run_id or "") for t in hist])
+               [(f"{at:%Y-%m-%d %H:%M:%S}", r["event"], r["from"] or "-", r["to"], r["actor"], r["reason"],
+                 r["run_id"] or "") for at, r in rows])

@@ -1,8 +1,10 @@
 """Durable state: nodes, transitions, acceptance records and the evidence index."""
 
+from lifecycle.store.inventory_import import ImportReport, Removed
 from lifecycle.store.store import (
     AcceptanceRecord,
-    ImportReport,
+    ImportRefused,
+    NodeChange,
     NodeNotFound,
     NodeRecord,
     Store,
@@ -10,4 +12,7 @@ from lifecycle.store.store import (
     shared_store,
 )
 
-__all__ = ["AcceptanceRecord", "ImportReport", "NodeNotFound", "NodeRecord", "Store", "StoreError", "shared_store"]
+__all__ = [
+    "AcceptanceRecord", "ImportRefused", "ImportReport", "NodeChange", "NodeNotFound", "NodeRecord", "Removed",
+    "Store", "StoreError", "shared_store",
+]

@@ -145,6 +145,24 @@ observations = sa.Table(
 )
 
 
+# What an inventory import changed in a node's record besides its state: a rename, a new
+# pool or BMC, other fields. Keyed by serial too (the node's identity), without a foreign
+# key, so a node's record history survives a rename and is never in the way of one.
+node_changes = sa.Table(
+    "racklife_node_changes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(63), nullable=False, index=True),  # the name now
+    sa.Column("serial", sa.String(64), nullable=False, index=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # rename | pool | bmc | spec
+    sa.Column("old", sa.Text, nullable=True),
+    sa.Column("new", sa.Text, nullable=True),
+    sa.Column("actor", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
 def default_home() -> Path:
     return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))
 

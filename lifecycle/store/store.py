@@ -8,12 +8,11 @@ workflow with the same run id is recognised and not recorded twice.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,15 +27,20 @@ from lifecycle.model.states import (
     Transition,
     next_state,
 )
-from lifecycle.store import db
-
-# A node whose spec may not change under it: a scheduler is using it.
-_FROZEN_STATES = frozenset({State.JOINING, State.IN_SERVICE, State.DRAINING,
-                            State.LENDING, State.LENT, State.RECLAIMING})
+from lifecycle.store import db, inventory_import
+from lifecycle.store.inventory_import import ImportReport
 
 
 class StoreError(Exception):
     """A request the store refuses (unknown node, changed in-service node, ...)."""
+
+
+class ImportRefused(StoreError):
+    """An inventory import that would lose or cross a server's identity; ``problems`` names each node."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("refusing the import (nothing was written):\n  " + "\n  ".join(problems))
 
 
 class NodeNotFound(StoreError):
@@ -60,11 +64,18 @@ class NodeRecord:
         return Node.model_validate(self.spec)
 
 
-@dataclass
-class ImportReport:
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
+@dataclass(frozen=True)
+class NodeChange:
+    """A recorded change of a node's record that is not a state move."""
+
+    node: str
+    serial: str
+    kind: str
+    old: str | None
+    new: str | None
+    actor: Actor
+    reason: str
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -84,11 +95,6 @@ class AcceptanceRecord:
 
     def valid_at(self, when: datetime) -> bool:
         return self.passed and when < self.expires_at
-
-
-def _canonical(node: Node) -> tuple[str, str]:
-    text = json.dumps(node.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return text, hashlib.sha256(text.encode()).hexdigest()
 
 
 def _aware(value: datetime) -> datetime:
@@ -117,52 +123,26 @@ class Store:
 
     def import_inventory(self, inv: Inventory, actor: Actor = Actor.OPERATOR,
                          reason: str = "inventory import") -> ImportReport:
-        """Load nodes as ``enrolled``; idempotent; all-or-nothing.
+        """Load the file's nodes (new ones ``enrolled``), keyed by serial; idempotent; all-or-nothing.
 
-        A node whose record changed is updated unless a scheduler is using it
-        (joining, in service, draining): then the whole import is refused.
+        Renames, removals and changes are worked out by :mod:`lifecycle.store.inventory_import`;
+        a node a scheduler is using (joining, in service, draining, lent) may not change, and
+        an import that would cross two servers' identities is refused whole.
         """
-        report = ImportReport()
-        now = _now()
         with self._tx() as conn:
-            existing = {r.name: r for r in conn.execute(sa.select(db.nodes))}
-            refused = []
-            for node in inv.nodes:
-                spec, sha = _canonical(node)
-                row = existing.get(node.name)
-                if row is None:
-                    continue
-                if row.spec_sha256 != sha and State(row.state) in _FROZEN_STATES:
-                    refused.append(f"{node.name} (state {row.state})")
-            if refused:
-                raise StoreError(
-                    "refusing to change nodes that a scheduler is using; drain them first: "
-                    + ", ".join(refused)
-                )
-            for name in inv.pool_names():
-                pool_spec = json.dumps(inv.pool(name).model_dump(mode="json"), sort_keys=True)
-                conn.execute(sa.delete(db.pools).where(db.pools.c.name == name))
-                conn.execute(sa.insert(db.pools).values(name=name, spec=pool_spec))
-            for node in inv.nodes:
-                spec, sha = _canonical(node)
-                row = existing.get(node.name)
-                values = dict(serial=node.serial, rack=node.rack, u=node.u, sku=node.sku,
-                              pool=node.pool, spec=spec, spec_sha256=sha)
-                if row is None:
-                    conn.execute(sa.insert(db.nodes).values(
-                        name=node.name, state=State.ENROLLED.value, state_since=now,
-                        generation=0, **values))
-                    conn.execute(sa.insert(db.transitions).values(
-                        node=node.name, source=None, target=State.ENROLLED.value,
-                        event="enroll", actor=actor.value, reason=reason, run_id=None, at=now))
-                    report.added.append(node.name)
-                elif row.spec_sha256 != sha:
-                    conn.execute(sa.update(db.nodes).where(db.nodes.c.name == node.name)
-                                 .values(**values))
-                    report.updated.append(node.name)
-                else:
-                    report.unchanged.append(node.name)
-        return report
+            worked_out = inventory_import.plan(conn, inv)
+            if worked_out.problems:
+                raise ImportRefused(worked_out.problems)
+            return inventory_import.apply(conn, inv, worked_out, actor, reason, _now())
+
+    def changes(self, name: str) -> list[NodeChange]:
+        """The record changes of a node (renames, pool, BMC, other fields), oldest first, following its serial."""
+        serial = self.get(name).serial
+        q = (sa.select(db.node_changes).where(db.node_changes.c.serial == serial)
+             .order_by(db.node_changes.c.id))
+        with self.engine.connect() as conn:
+            return [NodeChange(r.node, r.serial, r.kind, r.old, r.new, Actor(r.actor), r.reason, _aware(r.at))
+                    for r in conn.execute(q)]
 
     # ------------------------------------------------------------ reads
 
