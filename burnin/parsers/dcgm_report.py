@@ -158,8 +158,9 @@ def finish(
     else:
         level, basis, evidence = seen, ("content" if seen is not None else "none"), why
     if level is not None and (missing := _missing(tests, level)):
-        raise ParseError(f"DCGM r{level} output lacks test(s) that level runs: {', '.join(missing)} "
-                         "(truncated or edited output)")
+        raise ParseError(f"DCGM r{level} output ({evidence}) lacks test(s) that level runs: "
+                         f"{', '.join(missing)}: truncated or edited output, or a run of single tests "
+                         "(dcgmi diag -r <test>), not of a whole level")
     failed: set[int] = set()
     for t in tests:
         for gpu, res in t.gpus.items():

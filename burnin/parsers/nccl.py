@@ -68,6 +68,9 @@ class NcclReport:
     complete: bool  # the closing "Avg bus bandwidth" line (and the "concluded" banner, if framed) was printed
     failures: list[str]
     concluded: bool | None = None  # None: this build prints no "Collective test" banners
+    # False when every out-of-place #wrong is N/A: the run had validation off (-c 0), so
+    # wrong_results == 0 says nothing about correctness.
+    validated: bool = True
 
 
 def _wrong(value: str) -> int | None:
@@ -162,6 +165,7 @@ def _parse_section(lines: list[str], collective: str | None, framed: bool) -> Nc
         complete=avg is not None and (concluded or not framed),
         failures=failures,
         concluded=concluded if framed else None,
+        validated=any(r.wrong_oop is not None for r in rows),
     )
 
 

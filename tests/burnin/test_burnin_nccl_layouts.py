@@ -83,3 +83,10 @@ def test_burnin_parse_prints_one_document_per_collective(nfx: Fx) -> None:
     assert [d["collective"] for d in doc["collectives"]] == ["all_reduce", "all_gather", "reduce_scatter",
                                                               "alltoall", "sendrecv"]
     json.dumps(doc)
+
+
+def test_validation_off_is_recorded(fx: Fx, nfx: Fx) -> None:
+    off = nccl.parse(fx("nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text())
+    assert off.wrong_results == 0 and off.validated is False  # every #wrong is N/A: nothing was checked
+    # alltoall prints N/A only in place (not applicable there): still validated
+    assert all(r.validated for r in nccl.parse_all(nfx(FIVE).read_text()))
