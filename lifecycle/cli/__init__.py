@@ -5,7 +5,9 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import sys
 
+import sqlalchemy as sa
 import typer
 
 from lifecycle.cli import accept as _accept
@@ -26,6 +28,10 @@ from lifecycle.cli import tour as _tour
 from lifecycle.cli import workflows as _workflows
 from lifecycle.cli._common import BAD_INPUT, fail
 from lifecycle.workflows.retry import RetryPolicy
+from lifecycle.cli._common import unavailable
+from lifecycle.model.redact import install_logging_filter
+from lifecycle.store import StoreUnavailable
+from lifecycle.store.connect import unavailable as store_unavailable
 
 app = typer.Typer(
     name="racklife",
@@ -79,4 +85,12 @@ def main() -> None:
     # matplotlib before the process ends: ~0.7 s per command measured (docs/acceptance.md).
     # Frozen objects are skipped; the process is ending anyway.
     atexit.register(gc.freeze)
-    app()
+    install_logging_filter()
+    as_json = "--json" in sys.argv[1:]
+    try:
+        app()
+    except StoreUnavailable as exc:
+        unavailable(str(exc), as_json)
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        # A database error past the store's own translation (DBOS's queries, say): still one line.
+        unavailable(str(store_unavailable(exc, os.environ.get("RACKLIFE_DB") or "(default store)")), as_json)

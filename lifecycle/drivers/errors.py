@@ -15,12 +15,16 @@ vendor's words are known:
 Whether a temporary error is *retried* is not the driver's call: the workflow
 step layer (``lifecycle/workflows/retry.py``) retries only steps declared
 idempotent, under one policy from configuration. Messages never carry
-credentials.
+credentials: whatever a peer said (a BMC that echoes the login request, a
+header quoted back) passes the redaction filter here, once, for every driver,
+before the message reaches a reason, a log line or the workflow journal.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from lifecycle.model.redact import redact
 
 
 def _rebuild(cls: type[DriverError], args: tuple[Any, ...], state: dict[str, Any]) -> DriverError:
@@ -36,10 +40,10 @@ class DriverError(Exception):
     exit_code = 5
 
     def __init__(self, target: str, message: str, *, delay_s: float | None = None) -> None:
-        self.target = target
-        self.message = message
+        self.target = redact(target)
+        self.message = redact(message)
         self.delay_s = delay_s
-        super().__init__(f"{target}: {message}")
+        super().__init__(f"{self.target}: {self.message}")
 
     @property
     def retryable(self) -> bool:

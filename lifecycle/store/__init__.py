@@ -1,18 +1,17 @@
 """Durable state: nodes, transitions, acceptance records and the evidence index."""
 
+from lifecycle.store.errors import NodeNotFound, StoreError, StoreUnavailable
 from lifecycle.store.inventory_import import ImportReport, Removed
 from lifecycle.store.store import (
     AcceptanceRecord,
     ImportRefused,
     NodeChange,
-    NodeNotFound,
     NodeRecord,
     Store,
-    StoreError,
     shared_store,
 )
 
 __all__ = [
     "AcceptanceRecord", "ImportRefused", "ImportReport", "NodeChange", "NodeNotFound", "NodeRecord", "Removed",
-    "Store", "StoreError", "shared_store",
+    "Store", "StoreError", "StoreUnavailable", "shared_store",
 ]

@@ -42,7 +42,7 @@ def issue_boot(store: Store, node: str, boot_mac: str, run_id: str, attempt: int
     Any other unspent boot of this node is superseded: a node has at most one
     pending boot. Re-issuing for the same (run, attempt) replaces the token.
     """
-    with store.engine.begin() as conn:
+    with store._tx() as conn:
         _issue(conn, node, boot_mac, run_id, attempt, render, ttl)
 
 
@@ -55,7 +55,7 @@ def claim_boot(store: Store, claim: str, node: str, boot_mac: str, run_id: str, 
     carry in place. See :func:`claim_effect` for the at-most-once rule.
     """
     try:
-        with store.engine.begin() as conn:
+        with store._tx() as conn:
             conn.execute(sa.insert(db.effects).values(token=claim, node=node, action="power_cycle",
                                                       at=_now()))
             _issue(conn, node, boot_mac, run_id, attempt, render, ttl)
@@ -82,7 +82,7 @@ def pending_script(store: Store, mac: str) -> str | None:
     q = (sa.select(db.boot_tokens.c.script, db.boot_tokens.c.expires_at)
          .where(db.boot_tokens.c.boot_mac == mac.lower(), db.boot_tokens.c.used_at.is_(None))
          .order_by(db.boot_tokens.c.issued_at.desc()).limit(1))
-    with store.engine.connect() as conn:
+    with store._read() as conn:
         row = conn.execute(q).first()
     if row is None or _aware(row.expires_at) < _now():
         return None
@@ -102,7 +102,7 @@ def redeem(store: Store, token: str, node: str, report: dict[str, Any]) -> Redee
 
     Unknown, replayed, expired or mismatched tokens are refused.
     """
-    with store.engine.begin() as conn:
+    with store._tx() as conn:
         return _redeem(conn, token, node, report)
 
 
@@ -133,7 +133,7 @@ def claim_effect(store: Store, token: str, node: str, action: str) -> bool:
     which the workflow's timeout-and-retry covers; it never doubles it.
     """
     try:
-        with store.engine.begin() as conn:
+        with store._tx() as conn:
             conn.execute(sa.insert(db.effects).values(token=token, node=node, action=action, at=_now()))
     except IntegrityError:
         return False
@@ -142,7 +142,7 @@ def claim_effect(store: Store, token: str, node: str, action: str) -> bool:
 
 def effects(store: Store, node: str) -> list[tuple[str, str]]:
     q = sa.select(db.effects.c.token, db.effects.c.action).where(db.effects.c.node == node).order_by(db.effects.c.at)
-    with store.engine.connect() as conn:
+    with store._read() as conn:
         return [(r.token, r.action) for r in conn.execute(q)]
 
 
@@ -153,7 +153,7 @@ def phoned_home(store: Store, run_id: str, attempt: int) -> tuple[bool, dict[str
     """
     q = (sa.select(db.boot_tokens.c.used_at, db.boot_tokens.c.report)
          .where(db.boot_tokens.c.run_id == run_id, db.boot_tokens.c.attempt == attempt))
-    with store.engine.connect() as conn:
+    with store._read() as conn:
         row = conn.execute(q).first()
     if row is None or row.used_at is None:
         return False, None
@@ -169,5 +169,5 @@ def spent(store: Store, run_ids: Collection[str]) -> set[tuple[str, int]]:
         return set()
     q = (sa.select(db.boot_tokens.c.run_id, db.boot_tokens.c.attempt)
          .where(db.boot_tokens.c.run_id.in_(sorted(run_ids)), db.boot_tokens.c.used_at.is_not(None)))
-    with store.engine.connect() as conn:
+    with store._read() as conn:
         return {(r.run_id, r.attempt) for r in conn.execute(q)}

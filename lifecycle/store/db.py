@@ -4,6 +4,11 @@ One database holds both DBOS's workflow checkpoints and racklife's own tables
 (nodes, transitions, acceptance records, evidence index), so a node's state
 and the workflow that changed it are committed to the same place. The
 embedded default is a SQLite file in WAL mode; a PostgreSQL URL works too.
+
+The tables here are the models; the schema in a database is made by the
+Alembic revisions in ``migrations/`` (run by :mod:`lifecycle.store.connect`),
+and a test fails when the two differ. Changing a table here means adding a
+revision: docs/architecture.md, "Changing the schema".
 """
 
 from __future__ import annotations
@@ -12,8 +17,6 @@ import os
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 metadata = sa.MetaData()
 
@@ -177,39 +180,3 @@ def default_url() -> str:
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
-
-
-def prepare_sqlite(url: str) -> None:
-    """Create the directory and switch the file to WAL before DBOS or we open it."""
-    path = sa.engine.make_url(url).database
-    if not path or path == ":memory:":
-        return
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url)
-    with engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-    engine.dispose()
-
-
-def sqlalchemy_url(url: str) -> str:
-    """DBOS takes ``postgresql://``; SQLAlchemy needs the psycopg 3 driver named."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
-
-def make_engine(url: str) -> Engine:
-    if is_sqlite(url):
-        prepare_sqlite(url)
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.close()
-    else:
-        engine = sa.create_engine(sqlalchemy_url(url), pool_pre_ping=True)
-    metadata.create_all(engine)
-    return engine

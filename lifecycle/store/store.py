@@ -3,23 +3,29 @@
 Every write of a node's state goes through :meth:`Store.transition`, which
 asks the state machine for the next state and records the move in the same
 transaction (history is append-only). A transition replayed by a resumed
-workflow with the same run id is recognised and not recorded twice.
+workflow with the same run id is recognised and not recorded twice. Every
+reason passes the redaction filter on its way in: history is append-only, so
+a secret written there could never be taken out.
+
+A database error (locked, read-only, gone) leaves as one ``StoreUnavailable``
+line; a row this code cannot read (a state it does not know) likewise.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from lifecycle.model.inventory import BUILTIN_POOLS, Inventory, Node, Pool
+from lifecycle.model.redact import redact, redact_data
 from lifecycle.model.states import (
     Actor,
     IllegalTransition,
@@ -27,12 +33,11 @@ from lifecycle.model.states import (
     Transition,
     next_state,
 )
-from lifecycle.store import db, inventory_import
+from lifecycle.store import connect, db, inventory_import
+from lifecycle.store.errors import NodeNotFound as NodeNotFound  # re-exported: imported from here too
+from lifecycle.store.errors import StoreError as StoreError
+from lifecycle.store.errors import StoreUnavailable
 from lifecycle.store.inventory_import import ImportReport
-
-
-class StoreError(Exception):
-    """A request the store refuses (unknown node, changed in-service node, ...)."""
 
 
 class ImportRefused(StoreError):
@@ -41,11 +46,6 @@ class ImportRefused(StoreError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("refusing the import (nothing was written):\n  " + "\n  ".join(problems))
-
-
-class NodeNotFound(StoreError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no node named '{name}' in the store (import an inventory first)")
 
 
 @dataclass(frozen=True)
@@ -106,18 +106,48 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+_E = TypeVar("_E", State, Actor)
+
+
+def _known(vocabulary: Callable[[str], _E], value: str, node: str) -> _E:
+    """A stored state or actor, or one line saying the row is not this code's to read."""
+    try:
+        return vocabulary(value)
+    except ValueError:
+        kind = getattr(vocabulary, "__name__", "value").lower()
+        raise StoreUnavailable(f"node {node} has {kind} '{value}' in the store, which this racklife does "
+                               "not know (written by a newer racklife, or edited by hand)") from None
+
+
 class Store:
     def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
         self.url = url or db.default_url()
-        self.engine = engine or db.make_engine(self.url)
+        self.engine = engine or connect.open_engine(self.url)
+        self._writer = self.engine.execution_options(**connect.WRITE)  # BEGIN IMMEDIATE on SQLite
 
     def close(self) -> None:
         self.engine.dispose()
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+        with self._unavailable(), self._writer.begin() as conn:
             yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._unavailable(), self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _unavailable(self) -> Iterator[None]:
+        try:
+            yield
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            raise connect.unavailable(exc, self.url) from None
+        except sa.exc.DatabaseError as exc:
+            if isinstance(exc, sa.exc.IntegrityError):
+                raise
+            raise connect.unavailable(exc, self.url) from None
 
     # ------------------------------------------------------------ inventory
 
@@ -133,14 +163,14 @@ class Store:
             worked_out = inventory_import.plan(conn, inv)
             if worked_out.problems:
                 raise ImportRefused(worked_out.problems)
-            return inventory_import.apply(conn, inv, worked_out, actor, reason, _now())
+            return inventory_import.apply(conn, inv, worked_out, actor, redact(reason), _now())
 
     def changes(self, name: str) -> list[NodeChange]:
         """The record changes of a node (renames, pool, BMC, other fields), oldest first, following its serial."""
         serial = self.get(name).serial
         q = (sa.select(db.node_changes).where(db.node_changes.c.serial == serial)
              .order_by(db.node_changes.c.id))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [NodeChange(r.node, r.serial, r.kind, r.old, r.new, Actor(r.actor), r.reason, _aware(r.at))
                     for r in conn.execute(q)]
 
@@ -149,10 +179,10 @@ class Store:
     @staticmethod
     def _record(row: Any) -> NodeRecord:
         return NodeRecord(row.name, row.serial, row.rack, row.u, row.sku, row.pool,
-                          State(row.state), _aware(row.state_since), json.loads(row.spec))
+                          _known(State, row.state, row.name), _aware(row.state_since), json.loads(row.spec))
 
     def get(self, name: str) -> NodeRecord:
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(db.nodes).where(db.nodes.c.name == name)).first()
         if row is None:
             raise NodeNotFound(name)
@@ -167,12 +197,12 @@ class Store:
             q = q.where(db.nodes.c.pool == pool)
         if rack is not None:
             q = q.where(db.nodes.c.rack == rack)
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [self._record(r) for r in conn.execute(q)]
 
     def pool(self, name: str) -> Pool:
         """The pool definition from the last import; built-in pools have no scheduler."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(db.pools.c.spec).where(db.pools.c.name == name)).first()
         if row is None:
             if name in BUILTIN_POOLS:
@@ -184,11 +214,11 @@ class Store:
         self.get(name)
         q = (sa.select(db.transitions).where(db.transitions.c.node == name)
              .order_by(db.transitions.c.id))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [
-                Transition(r.node, State(r.source) if r.source else None,
-                           State(r.target), r.event, Actor(r.actor), r.reason, r.run_id,
-                           _aware(r.at))
+                Transition(r.node, _known(State, r.source, name) if r.source else None,
+                           _known(State, r.target, name), r.event, _known(Actor, r.actor, name),
+                           r.reason, r.run_id, _aware(r.at))
                 for r in conn.execute(q)
             ]
 
@@ -198,7 +228,7 @@ class Store:
         latest = sa.select(t.c.node, sa.func.max(t.c.id).label("id")).group_by(t.c.node).subquery()
         q = (sa.select(db.nodes).join(latest, latest.c.node == db.nodes.c.name)
              .join(t, t.c.id == latest.c.id).where(t.c.run_id == run_id).order_by(db.nodes.c.name))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [self._record(r) for r in conn.execute(q)]
 
     # ------------------------------------------------------------ state
@@ -230,7 +260,7 @@ class Store:
                 row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
                 if row is None:
                     raise NodeNotFound(name)
-                replayed = self._replayed(conn, name, State(row.state), moves[-1][0], run_id)
+                replayed = self._replayed(conn, name, _known(State, row.state, name), moves[-1][0], run_id)
                 if replayed is not None:
                     return replayed
             done = [self._apply(conn, name, event, actor, reason, run_id, None)
@@ -254,10 +284,11 @@ class Store:
                run_id: str | None, acceptance_record: str | None) -> Transition:
         if not reason.strip():
             raise StoreError("a transition needs a reason")
+        reason = redact(reason)
         row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
         if row is None:
             raise NodeNotFound(name)
-        current = State(row.state)
+        current = _known(State, row.state, name)
         if run_id is not None:
             replayed = self._replayed(conn, name, current, event, run_id)
             if replayed is not None:
@@ -296,7 +327,7 @@ class Store:
                 id=rec.id, node=rec.node, passed=rec.passed, level=rec.level,
                 profile=rec.profile, created_at=rec.created_at, expires_at=rec.expires_at,
                 accepted_by=rec.accepted_by, run_id=rec.run_id,
-                summary=json.dumps(rec.summary, sort_keys=True),
+                summary=json.dumps(redact_data(rec.summary), sort_keys=True),
                 evidence_dir=rec.evidence_dir, evidence_sha256=rec.evidence_sha256))
             for path, sha, size in files:
                 conn.execute(sa.insert(db.evidence).values(
@@ -305,7 +336,7 @@ class Store:
     def acceptance_records(self, node: str) -> list[AcceptanceRecord]:
         q = (sa.select(db.acceptance_records).where(db.acceptance_records.c.node == node)
              .order_by(db.acceptance_records.c.created_at.desc()))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [self._acc(r) for r in conn.execute(q)]
 
     def evidence_digests(self, evidence_dir: str) -> list[str]:
@@ -313,7 +344,7 @@ class Store:
         q = (sa.select(db.acceptance_records.c.evidence_sha256).distinct()
              .where(db.acceptance_records.c.evidence_dir == evidence_dir)
              .where(db.acceptance_records.c.evidence_sha256.is_not(None)))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return sorted(str(r[0]) for r in conn.execute(q))
 
     def valid_acceptance(self, node: str, at: datetime | None = None) -> AcceptanceRecord | None:

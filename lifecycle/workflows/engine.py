@@ -31,7 +31,8 @@ from typing import Any
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
-from lifecycle.store import db
+from lifecycle.model.redact import install_logging_filter
+from lifecycle.store import connect, db
 
 # 0.2: provisioning journals one step per phase (begin, inspect, boot attempt, verify)
 # instead of one per BMC call. 0.3: the phone-home wait is a step that reads the stored
@@ -61,8 +62,10 @@ def launch(url: str | None = None, *, executor: str | None = None, role: str = "
         if _launched_url != url:
             raise RuntimeError(f"DBOS already launched on {_launched_url}")
         return url
-    if db.is_sqlite(url):
-        db.prepare_sqlite(url)  # WAL before DBOS opens the file
+    # The URL checked, WAL on, racklife's schema migrated under racklife's lock, before DBOS
+    # opens the database (DBOS runs its own migrations on launch; they touch none of ours).
+    connect.ensure_store(url)
+    install_logging_filter()
     config: DBOSConfig = {
         "name": "racklife",
         "system_database_url": url,
@@ -149,9 +152,8 @@ class Inspector:
 
     def __init__(self, url: str | None = None) -> None:
         url = url or db.default_url()
-        if db.is_sqlite(url):
-            db.prepare_sqlite(url)
-        probe = sa.create_engine(db.sqlalchemy_url(url))
+        connect.ensure_store(url)
+        probe = sa.create_engine(connect.sqlalchemy_url(url))
         try:
             # A database no workflow has run on yet has no DBOS tables: nothing to list.
             self.empty = not sa.inspect(probe).has_table(

@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from lifecycle.drivers.errors import AuthFailed
+from lifecycle.model.redact import register
 
 
 class PowerState(StrEnum):
@@ -145,6 +146,10 @@ class Credentials:
 
     username: str
     password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        # Loaded means in use: from now on the redaction filter masks it everywhere.
+        register(self.password, username=self.username)
 
     def __str__(self) -> str:
         return f"Credentials(username={self.username!r}, password=***)"

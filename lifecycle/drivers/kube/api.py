@@ -42,6 +42,7 @@ from lifecycle.drivers.kube.types import (
     Taint,
     WatchEvent,
 )
+from lifecycle.model.redact import register
 
 # HTTP status → error class. A 5xx not listed is Busy on an idempotent request (one the API
 # server applies at most once however often it is sent) and OperationFailed otherwise.
@@ -165,6 +166,9 @@ class KubeApiDriver(KubeDriver):
             config = KubeConfig.from_file(path).get(context_name=context)
             if config is None:
                 raise ConfigError(f"no context {context!r} in {path}")
+            user = config.user
+            register(getattr(user, "token", None))  # the redaction filter masks them from now on
+            register(getattr(user, "password", None), username=getattr(user, "username", None))
             client = Client(config, timeout=httpx2.Timeout(timeout_s), trust_env=False)
         return cls(client, target=config.cluster.server, **kwargs)
 

@@ -28,6 +28,7 @@ from lifecycle.drivers.errors import (
     OperationFailed,
     Unreachable,
 )
+from lifecycle.model.redact import register
 
 # Slurm's words (stderr, lower-cased) → the error they mean. First match wins.
 ERROR_TABLE: tuple[tuple[str, type[DriverError]], ...] = (
@@ -96,6 +97,7 @@ class RestClient:
     timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
+        register(self.token)
         if not self.url.startswith(("http://", "https://")):
             raise ValueError("slurmrestd URL must be http:// or https://")
 
