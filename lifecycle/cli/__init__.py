@@ -6,6 +6,7 @@ import atexit
 import gc
 import os
 import sys
+from types import ModuleType
 
 import sqlalchemy as sa
 import typer
@@ -18,17 +19,16 @@ from lifecycle.cli import evidence as _evidence
 from lifecycle.cli import image as _image
 from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import kube as _kube
-from lifecycle.cli import lab as _lab
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import plan as _plan
 from lifecycle.cli import provision as _provision
 from lifecycle.cli import refresh as _refresh
 from lifecycle.cli import slurm as _slurm
-from lifecycle.cli import tour as _tour
 from lifecycle.cli import workflows as _workflows
 from lifecycle.cli._common import BAD_INPUT, fail
 from lifecycle.workflows.retry import RetryPolicy
 from lifecycle.cli._common import unavailable
+from lifecycle.cli._extras import STAND_IN_SETTINGS, load
 from lifecycle.model.redact import install_logging_filter
 from lifecycle.store import StoreUnavailable
 from lifecycle.store.connect import unavailable as store_unavailable
@@ -73,11 +73,14 @@ app.add_typer(_slurm.app, name="slurm")
 app.add_typer(_evidence.app, name="evidence")
 app.add_typer(_burnin.app, name="burnin")
 app.add_typer(_bmc.app, name="bmc")
-app.add_typer(_lab.app, name="lab")
 app.add_typer(_kube.app, name="kube")
-
-
-_lab.app.command("tour")(_tour.tour_cmd)
+# The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
+_lab = load("lab", "lab")
+if isinstance(_lab, ModuleType):
+    app.add_typer(_lab.app, name="lab")
+    _lab.app.command("tour")(load("tour", "lab tour").tour_cmd)  # type: ignore[union-attr]
+else:
+    app.command("lab", context_settings=STAND_IN_SETTINGS)(_lab)
 
 
 def main() -> None:
