@@ -28,6 +28,7 @@ from lifecycle.model.skus import SKUS
 
 app = typer.Typer(help="An emulated GPU rack on this machine (needs root).", no_args_is_help=True)
 
+CONTROLLER_DIR = "controller"  # the controller's RACKLIFE_HOME for this lab, inside the lab directory
 DirOpt = typer.Option(rack.DEFAULT_LAB_DIR, "--dir", help="Lab directory (env RACKLIFE_LAB_DIR).")
 PrefixOpt = typer.Option(netns.DEFAULT_PREFIX, "--prefix", help="Name prefix of the lab's namespaces.")
 
@@ -50,6 +51,10 @@ def up(
     lab_dir: Path = DirOpt,
     prefix: str = PrefixOpt,
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the lab to be ready."),
+    keep_store: bool = typer.Option(
+        False, "--keep-store",
+        help="Keep the previous lab's controller store (its nodes and history). By default a new lab "
+             "gets a new store and the previous one is moved aside."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Bring up a lab: nodes in network namespaces with sshd and slurmd, BMCs, Slurm."""
@@ -69,6 +74,7 @@ def up(
         fail(str(exc))
     rack.cleanup(lab_dir, prefix)  # what a crashed lab left
     lab_dir.mkdir(parents=True, exist_ok=True)
+    store_note = fresh_controller_store(lab_dir, keep=keep_store)
     rack.write_json(lab_dir / rack.CONFIG_FILE, config.to_json())
     (lab_dir / rack.STATE_FILE).unlink(missing_ok=True)
     started = time.monotonic()
@@ -92,10 +98,32 @@ def up(
         time.sleep(0.2)
     ready_s = round(time.monotonic() - started, 1)
     if as_json:
-        emit_json({**state, "ready_s": ready_s})
+        emit_json({**state, "ready_s": ready_s, "controller_store": store_note})
     else:
         vm = f" and {rack.VM_NAME} (QEMU, powered off until its BMC powers it on)" if with_vm else ""
         out_console.print(f"lab up: {nodes} nodes{vm} ready in {ready_s} s; 'racklife lab env' for the client setup")
+        out_console.print(store_note, markup=False)
+
+
+def fresh_controller_store(lab_dir: Path, *, keep: bool) -> str:
+    """A new lab gets a new controller store; say what happened to the previous one.
+
+    The previous lab's store describes nodes that no longer exist (same names,
+    new machines): kept, they look ``in_service`` and the new lab's first
+    import is refused. It is moved aside, never deleted.
+    """
+    home = lab_dir / CONTROLLER_DIR
+    if not home.is_dir() or not any(home.iterdir()):
+        return f"controller store: new, in {home}"
+    if keep:
+        return f"controller store: kept the previous lab's, in {home} (--keep-store)"
+    aside = lab_dir / f"{CONTROLLER_DIR}.{time.strftime('%Y%m%dT%H%M%S')}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = aside.with_name(f"{CONTROLLER_DIR}.{time.strftime('%Y%m%dT%H%M%S')}.{n}")
+    home.rename(aside)
+    return f"controller store: new, in {home}; the previous lab's is in {aside} (--keep-store keeps it in place)"
 
 
 @app.command("status")
@@ -186,7 +214,7 @@ def env(
              f"export RACKLIFE_LAB_SSH_CONFIG={q(state['ssh_config'])}",
              f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)",
              # The controller's own state for this lab lives beside it.
-             f"export RACKLIFE_HOME={q(str(Path(state['lab_dir']) / 'controller'))}"]
+             f"export RACKLIFE_HOME={q(str(Path(state['lab_dir']) / CONTROLLER_DIR))}"]
     lines.append(f"export RACKLIFE_SSH_CONFIG={q(state['ssh_config'])}")
     burnin = state.get("burnin") or {}
     if burnin.get("profile"):

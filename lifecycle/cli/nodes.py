@@ -54,14 +54,17 @@ def _get(store: Store, name: str) -> NodeRecord:
 
 @node_app.command("show")
 def show(name: str, as_json: bool = JsonOpt) -> None:
-    """Show a node: state, pool, inventory record and latest acceptance record."""
+    """Show a node: state and why (the last transition's reason, who, which run), pool, record, acceptance."""
     store = Store()
     try:
         rec = _get(store, name)
         acc = store.acceptance_records(name)
+        last = store.history(name)[-1]  # enrolment is a transition too: never empty
     finally:
         store.close()
-    data = _summary(rec) | {"spec": rec.spec, "acceptance": [
+    why = {"event": last.event, "reason": last.reason, "actor": last.actor.value, "run_id": last.run_id,
+           "at": last.at.isoformat()}
+    data = _summary(rec) | {"why": why, "spec": rec.spec, "acceptance": [
         {"id": a.id, "passed": a.passed, "level": a.level, "profile": a.profile,
          "created_at": a.created_at.isoformat(), "expires_at": a.expires_at.isoformat(),
          "accepted_by": a.accepted_by, "evidence_dir": a.evidence_dir, "evidence_sha256": a.evidence_sha256,
@@ -71,6 +74,8 @@ def show(name: str, as_json: bool = JsonOpt) -> None:
         return
     out_console.print(f"[bold]{rec.name}[/]  state [cyan]{rec.state.value}[/] since "
                       f"{rec.state_since:%Y-%m-%d %H:%M:%S}  pool {rec.pool}")
+    out_console.print(f"why: {last.reason} ({last.event} by {last.actor.value}"
+                      + (f", run {last.run_id})" if last.run_id else ")"), markup=False)
     out_console.print(f"rack {rec.rack} U{rec.u}  sku {rec.sku}  serial {rec.serial}")
     bmc = rec.spec.get("bmc", {})
     out_console.print(f"bmc {bmc.get('driver')} {bmc.get('address')}  verify_tls={bmc.get('verify_tls', True)}")
