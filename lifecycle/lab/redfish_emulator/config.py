@@ -23,7 +23,10 @@ class Faults:
     * ``slow_s``: answer correctly but this many seconds late;
     * ``expire_sessions``: drop every session now (one shot), so the next call gets 401;
     * ``fail_tasks``: tasks (firmware update, secure erase) end in ``Exception``;
-    * ``erase_leaves_data``: secure erase reports success but the drive reads back degraded.
+    * ``erase_leaves_data``: secure erase reports success but the drive reads back degraded;
+    * ``echo_request``: refuse a request that carries credentials or a body (``status``, default
+      400) with an error message that quotes it back, headers and body, as some BMCs do: a
+      session login's password, a Basic or session token, with it.
     """
 
     timeout: bool = False
@@ -34,9 +37,10 @@ class Faults:
     expire_sessions: bool = False
     fail_tasks: bool = False
     erase_leaves_data: bool = False
+    echo_request: bool = False
 
     def active(self) -> bool:
-        return self.timeout or self.status is not None or self.slow_s > 0
+        return self.timeout or self.status is not None or self.slow_s > 0 or self.echo_request
 
 
 @dataclass(frozen=True)

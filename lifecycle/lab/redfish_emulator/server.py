@@ -235,6 +235,12 @@ class RedfishEmulator:
                 await self._hang()
             if faults.slow_s > 0:
                 await asyncio.sleep(faults.slow_s)
+            if faults.echo_request and (method != "GET" or "Authorization" in request.headers
+                                        or "X-Auth-Token" in request.headers):
+                said = (await request.read()).decode(errors="replace")
+                return self._response(error(faults.status or 400, "Base.1.8.MalformedJSON",
+                                            f"Cannot process {method} {path}: headers "
+                                            f"{dict(request.headers)} body {said}"))
             if faults.status is not None:
                 reply = error(faults.status, "Base.1.8.ServiceTemporarilyUnavailable"
                               if faults.status == 503 else "Base.1.8.InternalError",
