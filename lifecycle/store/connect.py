@@ -130,16 +130,16 @@ def open_engine(url: str) -> Engine:
 
     On SQLite, transactions are SQLite's own (the driver's implicit ones start
     only at the first write, so a read-then-write, such as an import, could
-    race another process): ``BEGIN`` for readers, ``BEGIN IMMEDIATE`` (the
-    write lock first) for connections made with ``WRITE`` as execution options.
+    race another process): ``BEGIN IMMEDIATE`` (the write lock first) unless
+    the connection is made with ``READ`` as execution options (``BEGIN``).
     """
     ensure_store(url)
     if parse(url).get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, begin="IMMEDIATE")
     return sa.create_engine(sqlalchemy_url(url), pool_pre_ping=True)
 
 
-WRITE = {"racklife_begin": "IMMEDIATE"}
+READ = {"racklife_begin": "DEFERRED"}
 
 
 def _sqlite_engine(url: str, *, begin: str = "DEFERRED") -> Engine:

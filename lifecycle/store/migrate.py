@@ -33,16 +33,19 @@ if TYPE_CHECKING:
 VERSION_TABLE = "racklife_alembic_version"
 TABLE_PREFIX = "racklife_"
 SCRIPTS = Path(__file__).with_name("migrations")
-INITIAL = "0001"
 # The newest revision, so an up-to-date store is recognised without loading Alembic (~130 ms
 # per command). tests/store/test_migrations.py fails when it is not the script directory's head.
-HEAD = "0001"
+HEAD = "0002"
 
-# The initial revision's tables: a store holding them and no version table predates migrations.
-INITIAL_TABLES = frozenset({
+_INITIAL_TABLES = frozenset({
     "racklife_nodes", "racklife_pools", "racklife_transitions", "racklife_acceptance_records",
     "racklife_evidence", "racklife_boot_tokens", "racklife_effects",
 })
+# Stores made before migrations existed, by the tables they hold: the revision they match.
+LEGACY: dict[frozenset[str], str] = {
+    _INITIAL_TABLES: "0001",
+    _INITIAL_TABLES | {"racklife_leases", "racklife_executors"}: "0002",
+}
 
 # DBOS's system tables. On SQLite they share the file with ours; on PostgreSQL they live in
 # the ``dbos`` schema. A test launches DBOS and checks this list covers what it creates.
@@ -113,12 +116,13 @@ def upgrade(conn: Connection, where: str) -> None:
 
     cfg = config(conn)
     if current is None:
-        ours = {t for t in tables if t.startswith(TABLE_PREFIX)}
-        if ours and ours != INITIAL_TABLES:
-            missing = sorted(INITIAL_TABLES - ours)
-            extra = sorted(ours - INITIAL_TABLES)
+        ours = frozenset(t for t in tables if t.startswith(TABLE_PREFIX))
+        if ours and ours not in LEGACY:
+            nearest = max(LEGACY, key=lambda known: len(known & ours))
+            missing = sorted(nearest - ours)
+            extra = sorted(ours - nearest)
             raise StoreUnavailable(f"{where} holds a damaged racklife schema without a revision "
                                    f"(missing: {', '.join(missing) or '-'}; unknown: {', '.join(extra) or '-'})")
         if ours:
-            command.stamp(cfg, INITIAL)  # a store from before migrations: the initial schema
+            command.stamp(cfg, LEGACY[ours])  # a store from before migrations: the schema it has
     command.upgrade(cfg, "head")

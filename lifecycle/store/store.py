@@ -123,19 +123,20 @@ class Store:
     def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
         self.url = url or db.default_url()
         self.engine = engine or connect.open_engine(self.url)
-        self._writer = self.engine.execution_options(**connect.WRITE)  # BEGIN IMMEDIATE on SQLite
+        # Writes take SQLite's write lock first (BEGIN IMMEDIATE); reads need no lock in WAL mode.
+        self._reader = self.engine.execution_options(**connect.READ)
 
     def close(self) -> None:
         self.engine.dispose()
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        with self._unavailable(), self._writer.begin() as conn:
+        with self._unavailable(), self.engine.begin() as conn:
             yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self._unavailable(), self.engine.connect() as conn:
+        with self._unavailable(), self._reader.connect() as conn:
             yield conn
 
     @contextmanager

@@ -74,10 +74,14 @@ def test_dbos_system_tables_are_known_and_left_alone(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_store_from_before_migrations_is_stamped_and_keeps_its_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("revision_made", sorted(set(migrate.LEGACY.values())))
+def test_store_from_before_migrations_is_stamped_upgraded_and_keeps_its_rows(
+        tmp_path: Path, revision_made: str) -> None:
     path = tmp_path / "old.sqlite"
     engine = sa.create_engine(f"sqlite:///{path}")
-    db.metadata.create_all(engine)  # what racklife did before revisions existed
+    made = next(t for t, rev in migrate.LEGACY.items() if rev == revision_made)
+    # what racklife did before revisions existed: create_all of the tables it had then
+    db.metadata.create_all(engine, tables=[db.metadata.tables[name] for name in made])
     with engine.begin() as conn:
         conn.execute(sa.insert(db.pools).values(name="training", spec="{}"))
     engine.dispose()
@@ -85,6 +89,8 @@ def test_store_from_before_migrations_is_stamped_and_keeps_its_rows(tmp_path: Pa
     assert revision(path) == [migrate.HEAD]
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT name FROM racklife_pools").fetchall() == [("training",)]
+    assert {t for t in tables(path) if t.startswith("racklife_")} == \
+        set(db.metadata.tables) | {migrate.VERSION_TABLE}
 
 
 def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
