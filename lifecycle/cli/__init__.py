@@ -25,13 +25,12 @@ from lifecycle.cli import provision as _provision
 from lifecycle.cli import refresh as _refresh
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import workflows as _workflows
-from lifecycle.cli._common import BAD_INPUT, fail
-from lifecycle.workflows.retry import RetryPolicy
-from lifecycle.cli._common import unavailable
+from lifecycle.cli._common import BAD_INPUT, fail, unavailable
 from lifecycle.cli._extras import STAND_IN_SETTINGS, load
 from lifecycle.model.redact import install_logging_filter
 from lifecycle.store import StoreUnavailable
 from lifecycle.store.connect import unavailable as store_unavailable
+from lifecycle.workflows.retry import RetryPolicy
 
 app = typer.Typer(
     name="racklife",

@@ -35,16 +35,21 @@ TABLE_PREFIX = "racklife_"
 SCRIPTS = Path(__file__).with_name("migrations")
 # The newest revision, so an up-to-date store is recognised without loading Alembic (~130 ms
 # per command). tests/store/test_migrations.py fails when it is not the script directory's head.
-HEAD = "0002"
+HEAD = "0004"
 
 _INITIAL_TABLES = frozenset({
     "racklife_nodes", "racklife_pools", "racklife_transitions", "racklife_acceptance_records",
     "racklife_evidence", "racklife_boot_tokens", "racklife_effects",
 })
 # Stores made before migrations existed, by the tables they hold: the revision they match.
+# Each is what main's db.py held at some point, in the order the tables landed there.
+_LEASES = _INITIAL_TABLES | {"racklife_leases", "racklife_executors"}
+_OBSERVATIONS = _LEASES | {"racklife_observations"}
 LEGACY: dict[frozenset[str], str] = {
     _INITIAL_TABLES: "0001",
-    _INITIAL_TABLES | {"racklife_leases", "racklife_executors"}: "0002",
+    _LEASES: "0002",
+    _OBSERVATIONS: "0003",
+    _OBSERVATIONS | {"racklife_node_changes"}: "0004",
 }
 
 # DBOS's system tables. On SQLite they share the file with ours; on PostgreSQL they live in
