@@ -20,23 +20,26 @@ import typer
 
 from acceptance.evidence import verify
 from acceptance.signing import ControllerKey, SigningError, key_id, load_public_key, public_pem
-from lifecycle.cli._common import BAD_INPUT, FAILED, OK, JsonOpt, emit_json, fail, out_console
-from lifecycle.store import Store
+from lifecycle.cli._common import BAD_INPUT, FAILED, OK, JsonOpt, emit_json, fail, out_console, unavailable
+from lifecycle.store import Store, StoreUnavailable
 from lifecycle.store.db import default_home
 
 app = typer.Typer(help="Acceptance evidence bundles.", no_args_is_help=True)
 
 
-def _store_digests(bundle: Path) -> list[str] | None:
+def _store_digests(bundle: Path, as_json: bool) -> list[str] | None:
     """What the store recorded for this bundle, or None when there is no store here or no record of it
     (an auditor's copy elsewhere: the signature or --expect-sha256 anchors it)."""
     if not os.environ.get("RACKLIFE_DB") and not (default_home() / "racklife.sqlite").is_file():
         return None
-    store = Store()
     try:
-        return store.evidence_digests(str(bundle.resolve())) or None
-    finally:
-        store.close()
+        store = Store()
+        try:
+            return store.evidence_digests(str(bundle.resolve())) or None
+        finally:
+            store.close()
+    except StoreUnavailable as exc:  # a store that cannot be read is not "no record": say so, change nothing
+        unavailable(f"{exc}; the store anchor cannot be checked (pass --no-store to verify without it)", as_json)
 
 
 @app.command("verify")
@@ -64,7 +67,7 @@ def verify_cmd(
             key = None
     except SigningError as exc:
         fail(str(exc), BAD_INPUT)
-    recorded = _store_digests(bundle) if use_store else None
+    recorded = _store_digests(bundle, as_json) if use_store else None
     result = verify(bundle, expect_sha256, recorded=recorded, public_key=key)
     unanchored = "no anchor checked: the bundle only agrees with itself (give --public-key or --expect-sha256)"
     if as_json:

@@ -259,3 +259,12 @@ def test_cli_checks_the_digest_the_store_recorded(signed: tuple[Path, str, Contr
     _forge(root)
     bad = runner.invoke(app, ["evidence", "verify", str(root)])
     assert bad.exit_code == 1 and "anchor store: FAILED" in bad.output and digest in bad.output
+
+
+def test_cli_an_unreadable_store_is_one_line_not_a_traceback(signed: tuple[Path, str, ControllerKey],
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _, _ = signed
+    monkeypatch.setenv("RACKLIFE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RACKLIFE_DB", "postgresql+psycopg://racklife@127.0.0.1:1/racklife")  # nothing listens
+    res = CliRunner().invoke(app, ["evidence", "verify", str(root)])
+    assert res.exit_code == 6 and "does not answer" in res.output and "--no-store" in res.output, res.output
