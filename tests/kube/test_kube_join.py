@@ -99,3 +99,28 @@ def test_unknown_skus_are_refused(stand_in: KubeStandIn) -> None:
     with pytest.raises(ValueError, match="unknown SKU"):
         NodeAgent(stand_in, "gpu-06", "h999").start()
     assert call(stand_in, "GET", "/api/v1/nodes/gpu-06")[0] == 404
+
+
+def test_an_expired_lease_marks_the_node_unreachable_until_the_kubelet_returns() -> None:
+    with KubeStandIn(shutdown_s=0, node_monitor_s=0.1) as api:
+        agent = NodeAgent(api, "gpu-07", "h100-sxm-8", renew_s=0.1, lease_s=1, shutdown_s=0.05).start()
+        time.sleep(1.3)  # renewed all along: still Ready
+        assert _ready(api, "gpu-07") == "True"
+        agent.stop()  # the kubelet is gone; its Lease runs out
+        wait_for(lambda: _ready(api, "gpu-07") == "Unknown", 5)
+        node = call(api, "GET", "/api/v1/nodes/gpu-07")[1]
+        assert {(t["key"], t["effect"]) for t in node["spec"]["taints"]} == {
+            ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.kubernetes.io/unreachable", "NoExecute")}
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["reason"], ready["message"]) == ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+        agent.start()
+        try:
+            wait_for(lambda: _ready(api, "gpu-07") == "True" and not
+                     call(api, "GET", "/api/v1/nodes/gpu-07")[1]["spec"].get("taints"), 5)
+        finally:
+            agent.stop()
+
+
+def _ready(api: KubeStandIn, node: str) -> str | None:
+    conditions = call(api, "GET", f"/api/v1/nodes/{node}")[1]["status"]["conditions"]
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)

@@ -294,3 +294,23 @@ def test_scale_changes_what_a_budget_expects(stand_in: KubeStandIn, kubectl: Kub
     assert (pdb["expectedPods"], pdb["disruptionsAllowed"]) == (3, 0)
     done = kubectl("scale", "rs", "web", "--replicas=-1", ok=False)
     assert done.returncode == 1
+
+
+def test_a_kubectl_cordon_is_never_lifted_by_racklife(stand_in: KubeStandIn, kubectl: Kubectl,
+                                                     tmp_path: Path) -> None:
+    from lifecycle.drivers.kube import NotOurs
+    from lifecycle.drivers.kube.api import KubeApiDriver
+
+    stand_in.join("gpu-01")
+    kubectl("cordon", "gpu-01")
+    driver = KubeApiDriver.from_kubeconfig(stand_in.write_kubeconfig(tmp_path / "racklife-kubeconfig"))
+    try:
+        assert driver.cordon("gpu-01", "run-7").action == "foreign"
+        with pytest.raises(NotOurs):
+            driver.uncordon("gpu-01", "run-7")
+        driver.set_pool("gpu-01", "inference", {"racklife.io/pool": "inference"})
+    finally:
+        driver.close()
+    row = lines(kubectl("get", "node", "gpu-01", "--no-headers", "-L", "racklife.io/pool").stdout)[0]
+    assert (row[1], row[-1]) == ("Ready,SchedulingDisabled", "inference")  # labelled, still the admin's cordon
+    assert kubectl("uncordon", "gpu-01").stdout.strip() == "node/gpu-01 uncordoned"  # the admin lifts it

@@ -10,8 +10,9 @@ SKU, NotReady while the runtime starts), post Ready, renew its Lease in
 Running, and a deleted pod through its termination). The stand-in's built-in
 lab kubelet leaves the pods of a node whose agent runs alone
 (``AGENT_ANNOTATION``). Stopping the agent is a kubelet going away: it
-writes nothing more (a real cluster's node controller would mark the node
-NotReady once the Lease expires; the lab's power-off does that itself).
+writes nothing more, and once the Lease expires the stand-in's node
+lifecycle controller marks the node Ready ``Unknown`` with the
+``node.kubernetes.io/unreachable`` taints, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class NodeAgent:
     sku: str
     labels: Mapping[str, str] = field(default_factory=dict)
     renew_s: float = 10.0
+    lease_s: int = LEASE_S
+    """The Lease's duration: past it without a renewal, the node controller marks the node unreachable."""
     shutdown_s: float = 0.2
     renewals: int = 0
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -102,7 +105,7 @@ class NodeAgent:
     def renew(self) -> None:
         """Renew the node's Lease in ``kube-node-lease`` (create it on the first renewal)."""
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{quote(self.node, safe='')}"
-        spec = {"holderIdentity": self.node, "leaseDurationSeconds": LEASE_S, "renewTime": _micro_now()}
+        spec = {"holderIdentity": self.node, "leaseDurationSeconds": self.lease_s, "renewTime": _micro_now()}
         try:
             self.api.request("PATCH", path, {"spec": spec}, "application/merge-patch+json")
         except AdminError as e:
@@ -112,6 +115,14 @@ class NodeAgent:
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.node, "namespace": "kube-node-lease"}, "spec": spec})
         self.renewals += 1
+
+    def _resync_status(self) -> None:
+        """A kubelet's status sync: posts Ready again if anyone (the node controller) says otherwise."""
+        node = self.api.request("GET", f"/api/v1/nodes/{quote(self.node, safe='')}")
+        ready = next((c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready"), None)
+        if ready != "True":
+            self.report_ready()
 
     # ------------------------------------------------------------ pods
 
@@ -146,6 +157,7 @@ class NodeAgent:
                 self.sync_pods()
                 if time.monotonic() >= next_renew:
                     self.renew()
+                    self._resync_status()
                     next_renew = time.monotonic() + self.renew_s
             except (AdminError, OSError):
                 continue  # the API is away: a kubelet keeps trying

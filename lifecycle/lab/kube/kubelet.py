@@ -22,7 +22,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from lifecycle.lab.kube.kinds import KINDS, NAMESPACES, NODES, PODS, Kind
+from lifecycle.lab.kube.kinds import KINDS, LEASES, NAMESPACES, NODES, PODS, Kind
 from lifecycle.lab.kube.store import Store
 
 Obj = dict[str, Any]
@@ -30,6 +30,23 @@ PHASE_ANNOTATION = "lab.racklife.io/phase"
 READY_ANNOTATION = "lab.racklife.io/ready"
 AGENT_ANNOTATION = "lab.racklife.io/agent"
 """On a Node whose own agent (``agent.NodeAgent``) runs its pods: this built-in kubelet leaves them alone."""
+
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def _parse(stamp: Any) -> datetime.datetime | None:
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _ready(node: Obj) -> str | None:
+    return next((c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Ready"), None)
 
 
 def now() -> str:
@@ -125,6 +142,46 @@ class LabKubelet:
         if pod is None or pod["metadata"]["uid"] != uid or not _node_ready(self.store, pod["spec"].get("nodeName", "")):
             return
         self._delete(PODS, pod, 0)
+
+    # ------------------------------------------------------------ node lifecycle controller
+
+    def monitor(self, period_s: float) -> None:
+        """Every ``period_s``: a node whose kubelet let its Lease expire is marked as the node controller does."""
+        def tick() -> None:
+            self.check_leases()
+            self.monitor(period_s)
+        self._later(period_s, tick)
+
+    def check_leases(self) -> None:
+        """Ready ``Unknown`` and the ``unreachable`` taints once a Lease has expired; both gone once it is renewed.
+
+        Only nodes with a Lease are watched (those an agent runs): a Node the
+        lab registered without a kubelet has none to expire.
+        """
+        leases = {lease["metadata"]["name"]: lease for lease in self.store.items(LEASES, "kube-node-lease")}
+        for node in list(self.store.items(NODES)):
+            lease = leases.get(node["metadata"]["name"])
+            if lease is None:
+                continue
+            spec = lease.get("spec") or {}
+            renewed = _parse(spec.get("renewTime"))
+            expired = renewed is None or (datetime.datetime.now(datetime.UTC) - renewed).total_seconds() > \
+                float(spec.get("leaseDurationSeconds") or 40)
+            new = copy.deepcopy(node)
+            taints = [t for t in (new.get("spec") or {}).get("taints") or [] if t.get("key") != UNREACHABLE]
+            if expired:
+                taints += [{"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": now()},
+                           {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": now()}]
+                status = new.setdefault("status", {})
+                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + [
+                    {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                     "message": "Kubelet stopped posting node status.", "lastTransitionTime": now()}]
+                if _ready(node) == "Unknown":
+                    continue  # already marked
+            elif not any(t.get("key") == UNREACHABLE for t in (node.get("spec") or {}).get("taints") or []):
+                continue
+            new.setdefault("spec", {})["taints"] = taints
+            self._write(NODES, new, node)
 
     # ------------------------------------------------------------ namespaces
 

@@ -234,6 +234,8 @@ class KubeStandIn(KubeAdmin):
     """How long the lab's kubelet takes to stop a deleted pod (at most its grace period)."""
     budget_lag_s: float = 0.0
     """How long the disruption controller takes to see a budget's change (evictions meanwhile: 429)."""
+    node_monitor_s: float = 1.0
+    """How often the node lifecycle controller looks for expired kubelet Leases."""
     api: ApiServer | None = field(default=None, init=False, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
     _stopped: asyncio.Event | None = field(default=None, init=False, repr=False)
@@ -249,7 +251,9 @@ class KubeStandIn(KubeAdmin):
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
             try:
-                self.api = ApiServer(token=self.token, shutdown_s=self.shutdown_s, budget_lag_s=self.budget_lag_s)
+                self.api = ApiServer(token=self.token, shutdown_s=self.shutdown_s, budget_lag_s=self.budget_lag_s,
+                                     node_monitor_s=self.node_monitor_s)
+                self.api.start_controllers()
                 runner = await serve_api(self.api, "127.0.0.1", self.port, cert.server_context())
                 try:
                     self.port = int(self.api.address.rsplit(":", 1)[1])

@@ -39,8 +39,10 @@ PUBLIC = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 class ApiServer(WritePath):
     """One cluster's API. ``token``: the bearer token every request but ``/version`` and health must carry."""
 
-    def __init__(self, token: str | None = None, shutdown_s: float = 0.2, budget_lag_s: float = 0.0) -> None:
+    def __init__(self, token: str | None = None, shutdown_s: float = 0.2, budget_lag_s: float = 0.0,
+                 node_monitor_s: float = 1.0) -> None:
         self.token = token
+        self.node_monitor_s = node_monitor_s
         self.budget_lag_s = budget_lag_s
         self._budget_seen_at = {}
         self.store = Store()
@@ -60,6 +62,12 @@ class ApiServer(WritePath):
         self.kubelet.stop()
         self.store.clear()
         self._seed()
+        self.start_controllers()
+
+    def start_controllers(self) -> None:
+        """Start the node lifecycle controller's periodic pass (needs the running loop)."""
+        if self.node_monitor_s > 0:
+            self.kubelet.monitor(self.node_monitor_s)
 
     def close_watches(self) -> None:
         self.store.close_watches()
