@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from lifecycle.cli._common import (
+    BAD_INPUT,
     REFUSED,
     JsonOpt,
     emit_json,
@@ -24,7 +25,7 @@ from lifecycle.cli._common import (
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.slurm.driver import SlurmDriver
-from lifecycle.drivers.slurm.render import RenderOptions, render
+from lifecycle.drivers.slurm.render import RenderError, RenderOptions, render
 from lifecycle.drivers.slurm.runner import CommandRunner, RestClient
 
 app = typer.Typer(help="Slurm configuration and state.", no_args_is_help=True)
@@ -49,7 +50,10 @@ def render_cmd(
         controller=controller, cluster_name=cluster_name,
         topology="tree" if topology == "tree" else "block",
     )
-    rendered = render(inv, opts)
+    try:
+        rendered = render(inv, opts)
+    except RenderError as exc:
+        fail(f"slurm render: {exc}", BAD_INPUT)
     out.mkdir(parents=True, exist_ok=True)
     changed: list[str] = []
     for name, text in sorted(rendered.files.items()):

@@ -32,6 +32,46 @@ _RECAP = re.compile(
     rf"^{HOST}\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
 
 
+_VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_JINJA = ("{{", "{%", "{#")
+
+
+class AnsibleLiteral(str):
+    """A string Ansible must take as it is: written ``!unsafe``, so Jinja never evaluates it."""
+
+
+class _PlayDumper(yaml.SafeDumper):
+    pass
+
+
+_PlayDumper.add_representer(AnsibleLiteral, lambda d, v: d.represent_scalar("!unsafe", str(v)))
+
+
+def literal_vars(values: Any, where: str = "vars") -> Any:
+    """Role variables as Ansible must see them: names checked, strings with Jinja delimiters made literal.
+
+    A value given to an image build (``--vars``, a definition's ``vars``) is data: a
+    ``{{ lookup('pipe', ...) }}`` in it would otherwise run on the builder when Ansible templates
+    the play. Names are Ansible variable names; anything that is not YAML data is refused.
+    """
+    if isinstance(values, dict):
+        out = {}
+        for k, v in values.items():
+            if where == "vars" and (not isinstance(k, str) or not _VAR_NAME.fullmatch(k)):
+                raise BuildError(f"{where}: {k!r} is not an Ansible variable name ([a-z_][a-z0-9_]*)")
+            if not isinstance(k, str):
+                raise BuildError(f"{where}: key {k!r} is not a string")
+            out[k] = literal_vars(v, f"{where}.{k}")
+        return out
+    if isinstance(values, list):
+        return [literal_vars(v, f"{where}[{i}]") for i, v in enumerate(values)]
+    if isinstance(values, str):
+        return AnsibleLiteral(values) if any(j in values for j in _JINJA) else values
+    if values is None or isinstance(values, bool | int | float):
+        return values
+    raise BuildError(f"{where}: {type(values).__name__} is not YAML data")
+
+
 @dataclass(frozen=True)
 class Recap:
     """PLAY RECAP counts of one ansible-playbook run."""
@@ -66,6 +106,7 @@ def playbook(roles: list[Role], extra: dict[str, Any], tasks_from: str | None = 
         # Play variables, not task variables, so the roles' handlers see them too. Role variables are
         # prefixed with the role's name, so roles cannot collide.
         play_vars |= role.vars | {k: v for k, v in extra.items() if k.startswith(f"{role.name}_")}
+    play_vars = literal_vars(play_vars)
     return [{"name": "Apply the image's roles", "hosts": HOST, "gather_facts": False,
              "connection": connection, "vars": play_vars, "tasks": tasks}]
 
@@ -118,7 +159,7 @@ def _files(work: Path, root: Path | None, plays: list[dict[str, Any]]) -> tuple[
     inventory = work / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {HOST: host}}}))
     book = work / "site.yml"
-    book.write_text(yaml.safe_dump(plays, sort_keys=False))
+    book.write_text(yaml.dump(plays, Dumper=_PlayDumper, sort_keys=False))
     return inventory, book
 
 

@@ -27,9 +27,13 @@ _SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NIC = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _VERSION = re.compile(r"[A-Za-z0-9._+~-]{1,128}")
 _DNS_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*")
-# Kubernetes: a qualified name (label and taint keys without prefix, label values).
-_K8S_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_K8S_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
+# Kubernetes' grammar, as apimachinery writes it (lifecycle.drivers.kube.names adds its messages).
+LABEL_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_K8S_NAME = re.compile(LABEL_NAME)
+_K8S_PREFIX = re.compile(DNS_SUBDOMAIN)
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -125,7 +129,7 @@ def label_key(value: str) -> str:
     prefix, slash, name = value.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not _K8S_PREFIX.fullmatch(prefix)):
         raise ValueError("has a prefix that is not a DNS subdomain (lower-case, e.g. racklife.io/)")
-    if not _K8S_NAME.fullmatch(name):
+    if len(name) > 63 or not _K8S_NAME.fullmatch(name):
         raise ValueError(
             "is not a Kubernetes label key: [prefix/]name, the name 1-63 of letters, digits, "
             "'-', '_' and '.', starting and ending with a letter or digit"
@@ -137,7 +141,7 @@ def label_value(value: str) -> str:
     """A Kubernetes label value: empty, or 1-63 of ``[A-Za-z0-9_.-]`` starting and ending alphanumeric."""
     if not isinstance(value, str):
         raise ValueError("must be a string (quote numbers and booleans in YAML)")
-    if value and not _K8S_NAME.fullmatch(value):
+    if value and (len(value) > 63 or not _K8S_NAME.fullmatch(value)):
         raise ValueError(
             "is not a Kubernetes label value: empty, or 1-63 of letters, digits, '-', '_' and '.', "
             "starting and ending with a letter or digit"

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from lifecycle.model import vocab
 from lifecycle.model.inventory import Inventory, Node
 
-_SAFE_ARG = re.compile(r"^[A-Za-z0-9._:/=,+@%-]+$")
-_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/%+-]*)?$")
+# fullmatch, never match with '$': '$' also matches before a final newline, and a newline in a kernel
+# argument ends the iPXE `kernel` line, so the next argument would run as an iPXE command.
+_SAFE_ARG = re.compile(r"[A-Za-z0-9._:/=,+@%-]+")
+_SAFE_URL = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/%+-]*)?")
 
 
 class RenderError(ValueError):
@@ -22,13 +26,13 @@ class RenderError(ValueError):
 
 
 def _url(value: str, what: str) -> str:
-    if not _SAFE_URL.match(value):
+    if not isinstance(value, str) or not _SAFE_URL.fullmatch(value):
         raise RenderError(f"{what}: not a plain http(s) URL: {value!r}")
     return value
 
 
 def _arg(value: str, what: str) -> str:
-    if not _SAFE_ARG.match(value):
+    if not isinstance(value, str) or not _SAFE_ARG.fullmatch(value):
         raise RenderError(f"{what}: unsafe kernel argument {value!r}")
     return value
 
@@ -58,8 +62,18 @@ class BootImage:
                    opt("rootfs_sha256"), tuple(str(a) for a in args) if isinstance(args, (list, tuple)) else ())
 
 
+def _checked(what: str, check: Callable[[str], str], value: str) -> str:
+    """A model value re-checked at this boundary (a Node can be built without the inventory's parser)."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise RenderError(f"{what}: {exc}") from None
+
+
 def ipxe_script(node: Node, image: BootImage, phone_home_url: str, token: str) -> str:
     """The per-node iPXE script: kernel, initrd, root image with its sha256, and a single-use token."""
+    _checked("node name", vocab.node_name, node.name)
+    _checked("serial", vocab.serial, node.serial)
     args = [*(_arg(a, "kernel_args") for a in image.kernel_args),
             f"racklife.node={node.name}",
             f"racklife.image={_arg(image.name, 'image')}",
@@ -69,7 +83,7 @@ def ipxe_script(node: Node, image: BootImage, phone_home_url: str, token: str) -
     if image.rootfs_url:
         args.append(f"racklife.root={_url(image.rootfs_url, 'rootfs_url')}")
         if image.rootfs_sha256:
-            if not re.fullmatch(r"[0-9a-f]{64}", image.rootfs_sha256):
+            if not isinstance(image.rootfs_sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", image.rootfs_sha256):
                 raise RenderError("rootfs_sha256 is not a sha256 hex digest")
             args.append(f"racklife.root_sha256={image.rootfs_sha256}")
     return "\n".join([
@@ -110,12 +124,12 @@ def dnsmasq_conf(inv: Inventory, *, interface: str, boot_base_url: str,
     sends an empty router option, for a boot network that must not become
     anyone's way out.
     """
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", interface):
+    if not isinstance(interface, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", interface):
         raise RenderError(f"interface: not an interface name: {interface!r}")
     if (dhcp_range is None) == (reservations_only is None):
         raise RenderError("give exactly one of dhcp_range and reservations_only")
     if dhcp_range is not None:
-        lo, hi = (str(ipaddress.ip_address(a)) for a in dhcp_range)
+        lo, hi = (_checked("dhcp_range", vocab.ip, a) for a in dhcp_range)
         pool = f"dhcp-range={lo},{hi},12h"
     else:
         try:
@@ -143,6 +157,7 @@ def dnsmasq_conf(inv: Inventory, *, interface: str, boot_base_url: str,
                   "dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi", "dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe"]
     for node in sorted(inv.nodes, key=lambda n: n.name):
         ip = node.boot_ip or next((n.ip for n in node.nics if n.role == "boot" and n.ip), None)
-        entry = f"dhcp-host={node.boot_mac()},{node.name}"
-        lines.append(f"{entry},{ip}" if ip else entry)
+        entry = (f"dhcp-host={_checked('mac', vocab.mac, node.boot_mac())},"
+                 f"{_checked('node name', vocab.node_name, node.name)}")
+        lines.append(f"{entry},{_checked('ip', vocab.node_ip, ip)}" if ip else entry)
     return "\n".join(lines) + "\n"

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 
-LABEL_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+# The grammar is the model's (one validator per vocabulary); the messages here are apimachinery's words.
+from lifecycle.model.vocab import DNS_LABEL as DNS_LABEL
+from lifecycle.model.vocab import DNS_SUBDOMAIN as DNS_SUBDOMAIN
+from lifecycle.model.vocab import LABEL_NAME as LABEL_NAME
+from lifecycle.model.vocab import LABEL_VALUE as LABEL_VALUE
+
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 MSG_SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "

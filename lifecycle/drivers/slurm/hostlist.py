@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 
 _TAIL_DIGITS = re.compile(r"^(.*?)(\d+)$")
+# A host in a hostlist: nothing that is hostlist syntax ('[', ']', ',', '-' ranges) or a word break.
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def expand(expr: str) -> list[str]:
@@ -69,7 +71,11 @@ def compress(names: Iterable[str]) -> str:
     """The shortest usual hostlist for ``names``: sorted, runs of equal-width numbers merged."""
     groups: dict[tuple[str, int], list[int]] = {}
     plain: list[str] = []
-    for name in sorted(set(names)):
+    unique = sorted(set(names))
+    bad = [n for n in unique if not isinstance(n, str) or _HOST.fullmatch(n) is None]
+    if bad:
+        raise ValueError(f"not host names, cannot be put in a hostlist: {', '.join(map(repr, bad[:5]))}")
+    for name in unique:
         m = _TAIL_DIGITS.match(name)
         if m is None:
             plain.append(name)

@@ -18,9 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lifecycle.drivers.slurm.conf_check import RenderError, check_names, check_options, check_rendered
 from lifecycle.drivers.slurm.hostlist import compress
 from lifecycle.model.inventory import Inventory, Node
 from lifecycle.model.skus import SKUS
+
+__all__ = ["RenderError", "RenderOptions", "RenderedConfig", "block_sizes", "features", "lendable_nodes", "render",
+           "render_cgroup_conf", "render_gres_conf", "render_slurm_conf", "render_topology_block",
+           "render_topology_tree", "slurm_nodes"]
 
 Topology = Literal["tree", "block"]
 
@@ -104,7 +109,14 @@ def features(node: Node) -> list[str]:
 
 
 def render(inv: Inventory, opts: RenderOptions | None = None) -> RenderedConfig:
+    """All four files; raise RenderError (naming the option or value) rather than write a bad one."""
     opts = opts or RenderOptions()
+    check_options(opts)
+    nodes = slurm_nodes(inv)
+    check_names([n.name for n in nodes], "node")
+    check_names([p.partition for p in inv.pools.values() if p.partition], "partition")
+    for node in nodes:
+        check_names(features(node), f"node {node.name}: feature")
     files = {
         "slurm.conf": render_slurm_conf(inv, opts),
         "gres.conf": render_gres_conf(inv, opts),
@@ -113,7 +125,7 @@ def render(inv: Inventory, opts: RenderOptions | None = None) -> RenderedConfig:
             render_topology_tree(inv) if opts.topology == "tree" else render_topology_block(inv)
         ),
     }
-    return RenderedConfig(files=files)
+    return RenderedConfig(files={name: check_rendered(name, text) for name, text in files.items()})
 
 
 def _node_line(node: Node, opts: RenderOptions, cloud: bool) -> str:
