@@ -348,6 +348,17 @@ def judge_group(run: GroupRun, profile: Profile) -> GroupJudgement:
                                                     first.threshold, f"{who}: {reason}"))
 
 
+def _judge_group_or_error(run: GroupRun, pname: str | None, profiles: dict[str, Profile],
+                          bad: dict[str, str]) -> GroupJudgement:
+    """A run with no profile to judge it against is an error, never dropped from the judgement."""
+    if pname is not None and pname in profiles:
+        return judge_group(run, profiles[pname])
+    why = bad.get(pname, "") if pname is not None else "the run names no profile and none was given"
+    finding = NodeFinding(f"multi_node.{run.kind}", "error", "multi_node", "busbw", None, None,
+                          f"{'+'.join(run.nodes)}: cannot be judged: {why or f'profile {pname!r} not loaded'}")
+    return GroupJudgement(run, "error", finding)
+
+
 def judge_rack(
     inputs: Sequence[NodeInput],
     *,
@@ -369,8 +380,8 @@ def judge_rack(
             bad_profiles[name] = str(exc)
     usable = [i for i in inputs if i.profile in profiles]
     stats, fleet_findings = _fleet(usable, profiles, policy)
-    judged_groups = tuple(judge_group(g, profiles[p]) for g in groups
-                          if (p := g.profile or group_profile) is not None and p in profiles)
+    judged_groups = tuple(_judge_group_or_error(g, g.profile or group_profile, profiles, bad_profiles)
+                          for g in groups)
     nodes: list[NodeJudgement] = []
     for inp in inputs:
         if inp.profile in bad_profiles:

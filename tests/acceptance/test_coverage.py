@@ -125,3 +125,11 @@ def test_accept_refuses_a_waiver_that_is_not_explicit(args: list[str], words: st
 
     res = CliRunner().invoke(app, ["accept", "rack-1", "--level", "standard", *args])
     assert res.exit_code == 2 and words in res.output
+
+
+def test_a_run_with_no_profile_to_judge_it_is_an_error_for_its_members(rack8: Build,
+                                                                      runs: dict[str, nccl.NcclReport]) -> None:
+    groups = [GroupRun(("gpu-a01", "gpu-a02"), "pair", runs["fast"], profile="no-such-sku")]
+    j = judge_acceptance(_inputs(rack8), groups=groups, demand=MultiNodeDemand("quick", {}))
+    assert [g.verdict for g in j.groups] == ["error"] and "cannot be judged" in j.groups[0].finding.reason
+    assert j.by_node()["gpu-a01"].verdict == "error"
