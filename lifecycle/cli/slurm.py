@@ -53,6 +53,9 @@ def render_cmd(
     try:
         rendered = render(inv, opts)
     except RenderError as exc:
+        if as_json:
+            emit_json({"rendered": False, "error": str(exc)})
+            raise typer.Exit(BAD_INPUT) from None
         fail(f"slurm render: {exc}", BAD_INPUT)
     out.mkdir(parents=True, exist_ok=True)
     changed: list[str] = []

@@ -262,6 +262,13 @@ def load_inventory(path: str | Path) -> Inventory:
     return parse_inventory(text, str(p))
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value shared by two records twice: the inventory parser refuses aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dump_inventory(inv: Inventory) -> str:
-    """YAML text of an inventory (used by `racklife lab inventory`)."""
-    return yaml.safe_dump(inv.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    """YAML text of an inventory (used by `racklife lab inventory`), which parse_inventory reads back."""
+    return yaml.dump(inv.model_dump(mode="json", exclude_defaults=True), Dumper=_NoAliasDumper, sort_keys=False)

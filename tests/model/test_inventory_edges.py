@@ -288,3 +288,16 @@ def test_every_node_name_check_is_the_model_one() -> None:
             multinode.Srun("job").argv([bad, "n02"])
         with pytest.raises(ValueError):
             netns.LabNet.__new__(netns.LabNet).add_tap(bad)
+
+
+def test_dumped_inventory_reads_back_even_with_shared_values() -> None:
+    """The inventory dumper never writes aliases (PyYAML's does for a shared object), which the parser refuses."""
+    import yaml
+
+    from lifecycle.model.inventory import _NoAliasDumper, dump_inventory
+
+    shared = ["a", "b"]
+    assert "*id" in yaml.safe_dump({"x": shared, "y": shared})
+    assert "*id" not in yaml.dump({"x": shared, "y": shared}, Dumper=_NoAliasDumper)
+    inv = parse_inventory(BASE, "base.yaml")
+    assert parse_inventory(dump_inventory(inv), "dumped.yaml") == inv

@@ -10,6 +10,7 @@ independent reader, exactly what went in and nothing more.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -256,3 +257,6 @@ def test_slurm_render_command_refuses_the_issue_probe(tmp_path: Any) -> None:
                    "--cluster-name", "a\nPrologSlurmctld=/tmp/x.sh")
     assert res.returncode == 2 and "cluster_name" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()  # nothing written
+    res = racklife(tmp_path, "slurm", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--json",
+                   "--controller", "ctl #x")
+    assert res.returncode == 2 and json.loads(res.stdout)["error"].startswith("controller:")
