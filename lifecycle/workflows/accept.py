@@ -42,6 +42,7 @@ from lifecycle.store.db import default_home
 from lifecycle.workflows.accept_multinode import NCCL_LOOKUP_S, ask_nccl_binary, multi_node_runs, run_multi_node
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id
+from lifecycle.workflows.retry import retrier, step
 
 READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
 
@@ -76,7 +77,7 @@ class NodeVerdict:
     refused_by: str | None = None  # the message naming the run that holds the node
 
 
-@DBOS.step()
+@step(idempotent=False)  # hours of burn-in on the nodes: never started twice by a retry
 def burn_in(nodes: list[str], cfg: AcceptSettings) -> dict[str, dict[str, Any]]:
     """Run burn-in on every node (bounded, per-node timeout); return where each result landed."""
     from acceptance.ssh_fabric import FabricSSH  # fabric and paramiko: only when SSH is used
@@ -144,7 +145,7 @@ def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
     return inputs
 
 
-@DBOS.step()
+@step(idempotent=False)  # NCCL runs across nodes through Slurm jobs
 def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: AcceptSettings) -> dict[str, Any]:
     """All_reduce across nodes through Slurm for the nodes that passed burn-in; isolate slow ones."""
     store = shared_store()
@@ -155,7 +156,7 @@ def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: Acce
                           {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
 
 
-@DBOS.step()
+@step(idempotent=False)  # writes and signs the evidence bundle once
 def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: AcceptSettings,
                      started_at: str, mn: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Judge the rack, write evidence and reports, and store one acceptance record per node."""
@@ -207,21 +208,22 @@ def _stage_summary(mn: dict[str, Any]) -> dict[str, Any]:
                                    for x in st["launches"]]} for st in mn.get("stages", [])]}
 
 
-@DBOS.step()
+@step(idempotent=True)  # drain reads first; ours again is already done
 def quarantine_in_slurm(node: str, reason: str) -> str:
     """Drain a quarantined node in Slurm, owned by this run; say what happened (never raises)."""
     from lifecycle.drivers.errors import DriverError
     from lifecycle.drivers.slurm.runner import CommandRunner
 
     try:
-        owners = SlurmDriver(CommandRunner()).drain([node], current_run_id(), f"quarantined: {reason}")
+        owners = retrier().call(SlurmDriver(CommandRunner()).drain, [node], current_run_id(),
+                                f"quarantined: {reason}")
     except (DriverError, ValueError) as exc:
         return f"not drained in Slurm: {exc}"
     owner = owners.get(node)
     return f"drained in Slurm ({owner.describe()})" if owner else "drained in Slurm"
 
 
-@DBOS.step()
+@step(idempotent=True)  # this run's transitions replay as done
 def begin_burn_in(nodes: list[str], level: str, operator: str) -> tuple[list[str], list[dict[str, Any]]]:
     """Move every ready node to ``burning_in`` in one step; return the nodes to test and the skipped.
 
@@ -246,7 +248,7 @@ def begin_burn_in(nodes: list[str], level: str, operator: str) -> tuple[list[str
     return testing, skipped
 
 
-@DBOS.step()
+@step(idempotent=True)  # this run's transitions replay as done
 def gate_nodes(verdicts: list[dict[str, Any]], operator: str) -> list[dict[str, Any]]:
     """Accept the nodes that passed and quarantine the rest, in one step; say which to drain in Slurm.
 

@@ -25,6 +25,7 @@ from lifecycle.model.states import ABANDON, Actor
 from lifecycle.store import Store, leases, shared_store
 from lifecycle.workflows import engine
 from lifecycle.workflows.node_ops import current_run_id
+from lifecycle.workflows.retry import step
 
 LIVE = frozenset({"PENDING", "ENQUEUED"})
 TERMINAL = frozenset({"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
@@ -43,7 +44,7 @@ def holder_message(node: str, lease: leases.Lease) -> str:
             f"{lease.taken_at:%Y-%m-%d %H:%M:%S}Z): one run per node")
 
 
-@DBOS.step()
+@step(idempotent=True)
 def take_leases(nodes: list[str], workflow: str) -> dict[str, str]:
     """Lease every node to this run, or none; return ``{}`` or, per held node, why not.
 
@@ -59,7 +60,7 @@ def take_leases(nodes: list[str], workflow: str) -> dict[str, str]:
     return {n: holder_message(n, le) for n, le in out.held.items()}
 
 
-@DBOS.step()
+@step(idempotent=True)
 def release_leases() -> list[str]:
     return leases.release(shared_store(), current_run_id())
 
