@@ -12,6 +12,7 @@ import sqlalchemy as sa
 import typer
 
 from lifecycle.cli import accept as _accept
+from lifecycle.cli import apply as _apply
 from lifecycle.cli import bmc as _bmc
 from lifecycle.cli import build as _build
 from lifecycle.cli import burnin as _burnin
@@ -66,6 +67,7 @@ app.command("accept")(_accept.accept_cmd)
 app.command("build")(_build.build_cmd)
 app.command("refresh")(_refresh.refresh_cmd)
 app.command("plan")(_plan.plan_cmd)
+app.command("apply")(_apply.apply_cmd)
 app.add_typer(_provision.boot_app, name="boot")
 # Command groups of other components register below, one line each.
 app.add_typer(_slurm.app, name="slurm")

@@ -1,10 +1,12 @@
-"""`racklife refresh` and `racklife plan` on a built 4-node lab.
+"""`racklife refresh`, `plan` and `apply` on a built 4-node lab.
 
 Converged: no drift, and the plan's only step is the one no workflow exists
-for yet (joining node-04 to its Kubernetes pool), shown as such. Out-of-band
-changes are each reported with the source that shows them; the plan proposes
-the fix for the powered-off node, names the foreign drain as a blocker and
-plans nothing through it; nothing is acted on.
+for yet (joining node-04 to its Kubernetes pool), shown as such; apply, twice,
+does nothing. Out-of-band changes are each reported with the source that
+shows them and nothing is acted on; the plan proposes the fix for the
+powered-off node, names the foreign drain as a blocker and plans nothing
+through it; apply powers the node on (Slurm has it back) and leaves the
+drain alone; a second apply does nothing.
 
 The lab is built with the real commands (import, provision, accept, slurm join).
 Then, behind racklife's back: node-01 is powered off through its BMC emulator
@@ -19,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +74,14 @@ def _steps(p: dict[str, object]) -> list[tuple[str, bool]]:
     return [(s["action"], s["implemented"]) for s in p["steps"]]  # type: ignore[attr-defined]
 
 
+def _apply(lab: RunningLab) -> tuple[int, dict[str, Any]]:
+    res = lab.racklife("apply", "--yes", "--json", timeout=900)
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return res.returncode, doc
+
+
 def _states(lab: RunningLab) -> dict[str, str]:
     return {n["name"]: n["state"] for n in json.loads(lab.racklife("nodes", "list", "--json").stdout)}
 
@@ -93,6 +104,12 @@ def test_a_built_lab_has_no_drift(built: RunningLab) -> None:
     assert {n: _steps(p) for n, p in plan.items() if p["steps"] or p["blockers"]} == {
         "node-04": [("join-kubernetes", False)]}, plan
     assert "not yet implemented: join a Kubernetes pool" in plan["node-04"]["steps"][0]["describe"]
+
+    before = _states(built)
+    for _ in range(2):
+        code, applied = _apply(built)
+        assert code == 1 and applied["done"] == [] and not applied["converged"], applied  # node-04 remains
+        assert _states(built) == before
 
 
 def test_bad_input_is_exit_2_and_changes_nothing(built: RunningLab, tmp_path: Path) -> None:
@@ -137,7 +154,7 @@ def test_out_of_band_changes_are_reported_by_source_and_left_alone(built: Runnin
 
     code, plan = _plan(built)
     assert code == 1
-    assert _steps(plan["node-01"]) == [("power-on", False)], plan["node-01"]
+    assert _steps(plan["node-01"]) == [("power-on", True)], plan["node-01"]
     assert plan["node-01"]["blockers"] == []
     assert plan["node-02"]["steps"] == [] and [b["kind"] for b in plan["node-02"]["blockers"]] == ["foreign-drain"]
     assert "admin: hands off" in plan["node-02"]["blockers"][0]["message"]
@@ -155,3 +172,16 @@ def test_out_of_band_changes_are_reported_by_source_and_left_alone(built: Runnin
         store.close()
     assert stored["node-01"].bmc is not None and stored["node-01"].bmc.power == "off"
     assert stored["node-02"].slurm is not None and stored["node-02"].slurm.owner == "other"
+
+    # Apply fixes what it can and leaves the foreign drain alone.
+    code, applied = _apply(built)
+    assert [(d["node"], d["action"], d["ok"]) for d in applied["done"]] == [("node-01", "power-on", True)], applied
+    slurm = SlurmDriver(CommandRunner(env=built.env))
+    assert not slurm.node("node-01").state.drain and slurm.node("node-01").state.base != "down"
+    node02 = slurm.node("node-02")
+    assert node02.state.drain and node02.reason == "admin: hands off"
+    assert _states(built) == before
+    code, after = _refresh(built)
+    assert not any(d["node"] == "node-01" for d in after["drift"]), after["drift"]  # type: ignore[attr-defined]
+    code, again = _apply(built)
+    assert again["done"] == [], again

@@ -38,9 +38,9 @@ def test_image_change_plans_leave_reimage_accept_join_with_reasons(desired: Desi
     assert "acceptance record" in p.steps[2].reason and p.steps[3].detail == f"Slurm partition {desired.pool.partition}"
 
 
-def test_power_off_plans_power_on_shown_as_not_yet_implemented(desired: Desired) -> None:  # noqa: F811
+def test_power_off_plans_power_on(desired: Desired) -> None:  # noqa: F811
     p = plan_node(replace(healthy(desired), bmc=BmcSeen("off")), desired)
-    assert actions(p) == [Action.POWER_ON] and "not yet implemented" in p.steps[0].describe()
+    assert actions(p) == [Action.POWER_ON] and p.steps[0].implemented
     assert plan([replace(healthy(desired), bmc=BmcSeen("off"))], {desired.node.name: desired}).changes
 
 

@@ -1,0 +1,114 @@
+"""`racklife apply [INVENTORY] [--nodes …] [--max-in-flight N] [--max-unavailable N|P%] [--yes]`.
+
+Carries the plan out as durable workflow runs, in waves, re-planning from
+fresh observations before each; stops at blockers without touching them;
+prints what it did and what remains. Exit codes: 0 converged ("no
+changes"), 1 something remains (blocked, failed or not implemented yet),
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from pathlib import Path
+
+import typer
+
+from lifecycle.cli._common import (
+    BAD_INPUT,
+    FAILED,
+    JsonOpt,
+    emit_json,
+    emit_table,
+    err_console,
+    fail,
+    out_console,
+)
+from lifecycle.cli.inventory import load_or_exit
+from lifecycle.store import Store, StoreError
+from lifecycle.store.db import default_home
+
+
+def apply_cmd(
+    inventory: Path | None = typer.Argument(None, help="Inventory YAML (default: what was last imported)."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (default: every node)."),
+    max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024),
+    max_unavailable: str = typer.Option("1", "--max-unavailable",
+                                        help="Per pool, nodes out of service at once: N or P%."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask before acting."),
+    level: str = typer.Option("quick", "--level", help="Acceptance level for accept steps."),
+    operator: str | None = typer.Option(None, "--operator", help="Who applies (default: the login name)."),
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG"),
+    profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE"),
+    burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Converge the fleet on its inventory as far as workflows exist and blockers allow."""
+    from lifecycle.planner import observe
+    from lifecycle.planner.apply import ApplySettings, Unavailable, apply
+    from lifecycle.planner.fleet import UnknownNodes, plan_fleet
+    from lifecycle.planner.runner import WorkflowRunner
+    from lifecycle.workflows.accept import AcceptSettings
+    from lifecycle.workflows.controller import Controller
+
+    if level not in ("quick", "standard", "full"):
+        fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
+    try:
+        limit = Unavailable.parse(max_unavailable)
+    except ValueError as exc:
+        fail(str(exc), BAD_INPUT)
+    inv = load_or_exit(inventory, as_json) if inventory is not None else None
+    names = [n for n in nodes.split(",") if n] if nodes is not None else None
+    who = operator or getpass.getuser()
+    sources = observe.default_sources(firmware=False)
+    store = Store()
+    try:
+        try:
+            first = plan_fleet(store, inv, names, sources)
+        except (UnknownNodes, StoreError) as exc:
+            fail(str(exc), BAD_INPUT)
+        if not first.changes:
+            _finish_without_changes(first.to_json(), as_json)
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                fail("apply changes nodes: pass --yes (or run `racklife plan` to see what it would do)", BAD_INPUT)
+            typer.confirm(f"apply changes to {sum(bool(n.steps) for n in first.nodes)} node(s)?", abort=True)
+
+        def accept_settings(run_id: str) -> AcceptSettings:
+            work = default_home() / "acceptance" / run_id
+            return AcceptSettings(level=level, work_dir=str(work), report_dir=str(work / "reports"), operator=who,
+                                  ssh_config=str(ssh_config.resolve()), profile=profile,
+                                  burnin_python=burnin_python, max_in_flight=max_in_flight)
+
+        with Controller("apply", say=lambda m: err_console.print(m, markup=False)) as ctl:
+            runner = WorkflowRunner(ctl, accept_settings, max_in_flight)
+            report = apply(store, inv, names, sources, runner,
+                           ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))
+    finally:
+        store.close()
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        emit_table("applied", ["node", "action", "result", "run", "detail"],
+                   [(d.node, d.action.value, "ok" if d.ok else "FAILED", d.run_id, d.detail[:160])
+                    for d in report.done])
+        for name, why in sorted(report.skipped.items()):
+            out_console.print(f"{name}: left for later: {why}", markup=False, soft_wrap=True)
+        remaining = report.final.nodes if report.final else []
+        for n in remaining:
+            for s in n.steps:
+                out_console.print(f"{n.node}: still to do: {s.describe()}", markup=False, soft_wrap=True)
+            for b in n.blockers:
+                out_console.print(f"{n.node}: blocked ({b.kind}): {b.message}", markup=False, soft_wrap=True)
+        err_console.print("converged: no changes left" if report.converged else "not converged", markup=False)
+    if not report.converged or not all(d.ok for d in report.done):
+        raise typer.Exit(FAILED)
+
+
+def _finish_without_changes(plan: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        emit_json({"converged": True, "done": [], "skipped": {}, "remaining": plan})
+    else:
+        err_console.print("no changes", markup=False)

@@ -1,0 +1,78 @@
+"""The apply runner: each planned action as durable workflow runs, through the one Controller.
+
+A table maps each action the runner can carry out to how: ``join``,
+``leave`` and ``power-on`` are one run per node, started together (bounded by
+``max_in_flight``) and awaited; ``accept`` is one run for the wave's nodes, so
+its multi-node checks can pair them. ``provision`` needs the boot server a
+provisioning command runs, so apply does not carry it out yet (it says so).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lifecycle.planner.apply import Done
+from lifecycle.planner.plan import Action
+from lifecycle.workflows import accept, power, slurm_pool
+from lifecycle.workflows.controller import Controller
+
+
+@dataclass
+class WorkflowRunner:
+    ctl: Controller
+    accept_settings: Callable[[str], accept.AcceptSettings]  # run id -> its settings (work dirs per run)
+    max_in_flight: int = 8
+    power: power.PowerOnSettings = field(default_factory=power.PowerOnSettings)
+
+    def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
+        how = _PER_NODE.get(action)
+        if how is not None:
+            return self._per_node(action, nodes, reasons, how)
+        if action is Action.ACCEPT:
+            return self._accept(nodes)
+        return [Done(n, action, False, "", f"apply cannot carry out {action.value} yet: run "
+                                           f"`racklife {action.value}` for it") for n in nodes]
+
+    def _per_node(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str],
+                  how: Callable[[WorkflowRunner, str, str], tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Done]:
+        out: list[Done] = []
+        for i in range(0, len(nodes), self.max_in_flight):
+            started = []
+            for n in nodes[i:i + self.max_in_flight]:
+                func, args = how(self, n, reasons.get(n, ""))
+                started.append((n, self.ctl.start(func, *args, nodes=[n])))
+            for n, handle in started:
+                result: dict[str, Any] = handle.get_result()
+                out.append(Done(n, action, bool(result.get("ok")), handle.get_workflow_id(),
+                                str(result.get("reason") or result.get("state") or "")))
+        return out
+
+    def _accept(self, nodes: Sequence[str]) -> list[Done]:
+        run_id = f"accept-{os.urandom(6).hex()}"
+        cfg = self.accept_settings(run_id)
+        handle = self.ctl.start(accept.accept_nodes, list(nodes), cfg, workflow_id=run_id, nodes=nodes)
+        verdicts: list[dict[str, Any]] = handle.get_result()
+        return [Done(v["node"], Action.ACCEPT, bool(v["passed"]), run_id,
+                     "; ".join(v["reasons"])[:300] or v["state"]) for v in verdicts]
+
+
+def _join(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return slurm_pool.join_node, (node,)
+
+
+def _leave(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return slurm_pool.leave_node, (node, None, None, f"racklife apply: {why}"[:200])
+
+
+def _power_on(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return power.power_on_node, (node, replace(r.power))
+
+
+_PER_NODE: dict[Action, Callable[[WorkflowRunner, str, str], tuple[Callable[..., Any], tuple[Any, ...]]]] = {
+    Action.JOIN: _join,
+    Action.LEAVE: _leave,
+    Action.POWER_ON: _power_on,
+}
