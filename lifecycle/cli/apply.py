@@ -42,6 +42,11 @@ def apply_cmd(
     ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG"),
     profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE"),
     burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON"),
+    image: str | None = typer.Option(None, "--image", help="Image to provision (default: minimal)."),
+    images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+    boot_listen: str = typer.Option("127.0.0.1:8069", "--boot-listen", envvar="RACKLIFE_BOOT_LISTEN"),
+    boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL"),
+    boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1),
     as_json: bool = JsonOpt,
 ) -> None:
     """Converge the fleet on its inventory as far as workflows exist and blockers allow."""
@@ -50,6 +55,7 @@ def apply_cmd(
     from lifecycle.planner.fleet import UnknownNodes, plan_fleet
     from lifecycle.planner.runner import WorkflowRunner
     from lifecycle.workflows.accept import AcceptSettings
+    from lifecycle.workflows.boot_run import BootSettings
     from lifecycle.workflows.controller import Controller
 
     if level not in ("quick", "standard", "full"):
@@ -83,7 +89,9 @@ def apply_cmd(
                                   burnin_python=burnin_python, max_in_flight=max_in_flight)
 
         with Controller("apply", say=lambda m: err_console.print(m, markup=False)) as ctl:
-            runner = WorkflowRunner(ctl, accept_settings, max_in_flight)
+            boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout, image)
+            runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight,
+                                    say=lambda m: err_console.print(m, markup=False))
             report = apply(store, inv, names, sources, runner,
                            ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))
     finally:

@@ -1,4 +1,4 @@
-"""`racklife build`: the whole inventory from enrolled to in service — provision, accept, join."""
+"""`racklife build`: the whole inventory from enrolled to in service — an import, then `racklife apply`."""
 
 from __future__ import annotations
 
@@ -27,36 +27,30 @@ def build_cmd(
     level: str = typer.Option("quick", "--level", help="Acceptance level: quick | standard | full."),
     max_in_flight: int = typer.Option(10, "--max-in-flight", min=1),
     boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1),
+    images_dir: Path | None = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
 ) -> None:
-    """Import, provision every node, accept every rack, and join accepted nodes to their Slurm pools.
+    """Import the inventory, then apply it: provision, accept and join every node that needs it.
 
-    A node that fails a stage stays where that stage left it (inspect_failed,
-    provision_failed, quarantined) and does not go on; the others do.
+    The same as `racklife inventory import INVENTORY` followed by `racklife
+    apply INVENTORY --yes`: one planner, re-planning before each wave. A node
+    that fails a step stays where it left it (inspect_failed, provision_failed,
+    quarantined) and does not go on; the others do. Run again on a built fleet
+    it changes nothing.
     """
-    inv = load_or_exit(inventory)
-    failed = False
+    load_or_exit(inventory)
     if _racklife("inventory", "import", str(inventory)) != 0:
         raise typer.Exit(FAILED)
-    prov = ["provision", "--all", "--max-in-flight", str(max_in_flight), "--boot-timeout", str(boot_timeout)]
-    failed |= _racklife(*prov, *(["--image", image] if image else [])) != 0
-    for rack in inv.racks:
-        failed |= _racklife("accept", rack.name, "--level", level) != 0
+    code = _racklife("apply", str(inventory), "--yes", "--level", level, "--max-in-flight", str(max_in_flight),
+                     "--boot-timeout", str(boot_timeout), *(["--image", image] if image else []),
+                     *(["--images", str(images_dir)] if images_dir else []))
     from lifecycle.model.states import State
     from lifecycle.store import Store
 
-    store = Store()
-    try:
-        joinable = [r.name for r in store.nodes(state=State.ACCEPTED)
-                    if store.pool(r.pool).scheduler == "slurm"]
-    finally:
-        store.close()
-    if joinable:
-        failed |= _racklife("slurm", "join", *joinable) != 0
     store = Store()
     try:
         summary = {s.value: len(store.nodes(state=s)) for s in State if store.nodes(state=s)}
     finally:
         store.close()
     err_console.print("build finished: " + ", ".join(f"{n} {s}" for s, n in sorted(summary.items())))
-    if failed:
-        raise typer.Exit(FAILED)
+    if code != 0:
+        raise typer.Exit(code)

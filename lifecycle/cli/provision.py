@@ -43,45 +43,18 @@ def _split(listen: str) -> tuple[str, int]:
 def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_listen: str,
                   boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
     """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
-    from lifecycle.drivers.boot.server import BootServer
-    from lifecycle.workflows import provision
-    from lifecycle.workflows.boot_images import published_images
-    from lifecycle.workflows.boot_service import StoreBootBackend
+    from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
     from lifecycle.workflows.controller import Controller
 
-    host, port = _split(boot_listen)
+    cfg = BootSettings(images_dir, boot_listen, boot_url, boot_timeout, image)
     store = Store()
-    backend = StoreBootBackend(store)
-    server = BootServer(backend, images_dir, host=host, port=port)
-    if boot_url:
-        server.advertise_as(boot_url)
-    images = published_images(images_dir, server.url)
-    if not images:
-        fail(f"no built images in {images_dir}: run `racklife image build minimal` first", BAD_INPUT)
-    default = image or ("minimal" if "minimal" in images else sorted(images)[0])
-    if image and image not in images:
-        fail(f"image '{image}' is not built (have: {', '.join(sorted(images))})", BAD_INPUT)
-    settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
-                                           boot_timeout_s=boot_timeout).to_json()
-    server.start()
     try:
-        with Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
-            provision.register_provision_queue(max_in_flight)
-            cut_off = ctl.cut_off("provision_many")
-            if cut_off:
-                # A provisioning run of a controller that died: finish it before anything new.
-                handle = ctl.handle(cut_off[0].run_id)
-                err_console.print(f"resuming provisioning run {cut_off[0].run_id}, cut off earlier; its nodes "
-                                  f"and settings are the ones it started with; boot server {server.url}",
-                                  markup=False)
-            else:
-                handle = ctl.start(provision.provision_many, names, image, settings, nodes=names)
-                err_console.print(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} "
-                                  f"(max {max_in_flight} in flight); boot server {server.url}", markup=False)
-            result: list[dict[str, Any]] = handle.get_result()
-        return result
+        with boot_server(store, cfg) as boot, \
+                Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
+            return provision_nodes(ctl, boot, names, max_in_flight, lambda m: err_console.print(m, markup=False))
+    except BootSetupError as exc:
+        fail(str(exc), BAD_INPUT)
     finally:
-        server.stop()
         store.close()
 
 

@@ -3,8 +3,8 @@
 A table maps each action the runner can carry out to how: ``join``,
 ``leave`` and ``power-on`` are one run per node, started together (bounded by
 ``max_in_flight``) and awaited; ``accept`` is one run for the wave's nodes, so
-its multi-node checks can pair them. ``provision`` needs the boot server a
-provisioning command runs, so apply does not carry it out yet (it says so).
+its multi-node checks can pair them; ``provision`` is one provisioning run
+(bounded by its queue) with the embedded boot server up for its duration.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from typing import Any
 
 from lifecycle.planner.apply import Done
 from lifecycle.planner.plan import Action
+from lifecycle.store import Store
 from lifecycle.workflows import accept, power, slurm_pool
+from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
 from lifecycle.workflows.controller import Controller
 
 
@@ -24,8 +26,11 @@ from lifecycle.workflows.controller import Controller
 class WorkflowRunner:
     ctl: Controller
     accept_settings: Callable[[str], accept.AcceptSettings]  # run id -> its settings (work dirs per run)
+    store: Store
+    boot: BootSettings | None  # None: apply does not provision (no images given)
     max_in_flight: int = 8
     power: power.PowerOnSettings = field(default_factory=power.PowerOnSettings)
+    say: Callable[[str], None] = lambda _m: None
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
         how = _PER_NODE.get(action)
@@ -33,6 +38,8 @@ class WorkflowRunner:
             return self._per_node(action, nodes, reasons, how)
         if action is Action.ACCEPT:
             return self._accept(nodes)
+        if action is Action.PROVISION and self.boot is not None:
+            return self._provision(nodes)
         return [Done(n, action, False, "", f"apply cannot carry out {action.value} yet: run "
                                            f"`racklife {action.value}` for it") for n in nodes]
 
@@ -49,6 +56,15 @@ class WorkflowRunner:
                 out.append(Done(n, action, bool(result.get("ok")), handle.get_workflow_id(),
                                 str(result.get("reason") or result.get("state") or "")))
         return out
+
+    def _provision(self, nodes: Sequence[str]) -> list[Done]:
+        assert self.boot is not None
+        try:
+            with boot_server(self.store, self.boot) as boot:
+                outcomes = provision_nodes(self.ctl, boot, list(nodes), self.max_in_flight, self.say, adopt=False)
+        except BootSetupError as exc:
+            return [Done(n, Action.PROVISION, False, "", str(exc)) for n in nodes]
+        return [Done(o["node"], Action.PROVISION, bool(o["ok"]), "", o["reason"] or o["state"]) for o in outcomes]
 
     def _accept(self, nodes: Sequence[str]) -> list[Done]:
         run_id = f"accept-{os.urandom(6).hex()}"

@@ -8,7 +8,7 @@ powered-off node, names the foreign drain as a blocker and plans nothing
 through it; apply powers the node on (Slurm has it back) and leaves the
 drain alone; a second apply does nothing.
 
-The lab is built with the real commands (import, provision, accept, slurm join).
+The lab is built with `racklife build` (an import, then apply: provision, accept, join).
 Then, behind racklife's back: node-01 is powered off through its BMC emulator
 (Redfish, the real client), node-02 is drained by hand in Slurm, and node-04's
 pool label is removed by hand in the Kubernetes stand-in (a merge patch).
@@ -43,13 +43,14 @@ TRAINING = ["node-01", "node-02", "node-03"]
 def built(minimal_image: Path) -> Iterator[RunningLab]:
     lab = RunningLab(4)
     try:
-        assert lab.racklife("inventory", "import", str(lab.inventory)).returncode == 0
-        prov = lab.racklife("provision", "--all", "--boot-timeout", "60", "--images", str(minimal_image))
-        assert prov.returncode == 0, prov.stdout + prov.stderr
-        acc = lab.racklife("accept", "rack-1", "--level", "quick", timeout=900)
-        assert acc.returncode == 0, acc.stdout + acc.stderr
-        join = lab.racklife("slurm", "join", *TRAINING)
-        assert join.returncode == 0, join.stdout + join.stderr
+        # `build` is an import, then apply: provision, accept (one run), join. It exits 1 because
+        # node-04's Kubernetes join has no workflow yet, and says so.
+        build = lab.racklife("build", str(lab.inventory), "--images", str(minimal_image), "--boot-timeout", "60",
+                             timeout=1200)
+        assert build.returncode == 1, build.stdout + build.stderr
+        assert "node-04: still to do: join-kubernetes" in build.stdout, build.stdout
+        assert _states(lab) == {"node-01": "in_service", "node-02": "in_service", "node-03": "in_service",
+                                "node-04": "accepted"}
         yield lab
     finally:
         lab.down()
@@ -106,10 +107,13 @@ def test_a_built_lab_has_no_drift(built: RunningLab) -> None:
     assert "not yet implemented: join a Kubernetes pool" in plan["node-04"]["steps"][0]["describe"]
 
     before = _states(built)
+    history = {n: len(json.loads(built.racklife("node", "history", n, "--json").stdout)) for n in before}
     for _ in range(2):
         code, applied = _apply(built)
         assert code == 1 and applied["done"] == [] and not applied["converged"], applied  # node-04 remains
         assert _states(built) == before
+    assert {n: len(json.loads(built.racklife("node", "history", n, "--json").stdout)) for n in before} \
+        == history  # nothing recorded either
 
 
 def test_bad_input_is_exit_2_and_changes_nothing(built: RunningLab, tmp_path: Path) -> None:

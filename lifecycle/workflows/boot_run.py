@@ -1,0 +1,89 @@
+"""Provisioning as a front end runs it: the embedded boot server up, the provisioning run awaited.
+
+`racklife provision` and `racklife apply` both provision through here, so the
+boot server, the images it publishes and the run's settings are set up one
+way. The boot server is started before a Controller recovers a killed
+provisioning run (its nodes may be booting and phoning home already).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lifecycle.store import Store
+from lifecycle.workflows import provision
+from lifecycle.workflows.controller import Controller
+
+
+class BootSetupError(ValueError):
+    """The boot server cannot be set up as asked (bad address, no built image)."""
+
+
+@dataclass(frozen=True)
+class BootSettings:
+    images_dir: Path
+    listen: str = "127.0.0.1:8069"
+    url: str | None = None  # as the nodes see it; None: the listen address
+    timeout_s: float = 600.0  # seconds to wait for a phone-home, per boot
+    image: str | None = None  # None: minimal, or the only one built
+
+
+@dataclass(frozen=True)
+class Boot:
+    url: str
+    settings: dict[str, Any]  # provision.ProvisionSettings as the workflow takes it
+    image: str | None
+
+
+def _split(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise BootSetupError(f"the boot server's listen address must be HOST:PORT, not {listen!r}")
+    return host, int(port)
+
+
+@contextmanager
+def boot_server(store: Store, cfg: BootSettings) -> Iterator[Boot]:
+    """The boot server, serving the built images, for as long as the block runs."""
+    from lifecycle.drivers.boot.server import BootServer
+    from lifecycle.workflows.boot_images import published_images
+    from lifecycle.workflows.boot_service import StoreBootBackend
+
+    host, port = _split(cfg.listen)
+    server = BootServer(StoreBootBackend(store), cfg.images_dir, host=host, port=port)
+    if cfg.url:
+        server.advertise_as(cfg.url)
+    images = published_images(cfg.images_dir, server.url)
+    if not images:
+        raise BootSetupError(f"no built images in {cfg.images_dir}: run `racklife image build minimal` first")
+    if cfg.image and cfg.image not in images:
+        raise BootSetupError(f"image '{cfg.image}' is not built (have: {', '.join(sorted(images))})")
+    default = cfg.image or ("minimal" if "minimal" in images else sorted(images)[0])
+    settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
+                                           boot_timeout_s=cfg.timeout_s).to_json()
+    server.start()
+    try:
+        yield Boot(server.url, settings, cfg.image)
+    finally:
+        server.stop()
+
+
+def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight: int,
+                    say: Callable[[str], None], adopt: bool = True) -> list[dict[str, Any]]:
+    """Provision ``names`` (or, with ``adopt``, finish a provisioning run a dead process left); await it."""
+    provision.register_provision_queue(max_in_flight)
+    cut_off = ctl.cut_off("provision_many") if adopt else []
+    if cut_off:
+        handle = ctl.handle(cut_off[0].run_id)
+        say(f"resuming provisioning run {cut_off[0].run_id}, cut off earlier; its nodes and settings are the "
+            f"ones it started with; boot server {boot.url}")
+    else:
+        handle = ctl.start(provision.provision_many, names, boot.image, boot.settings, nodes=names)
+        say(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} (max {max_in_flight} in "
+            f"flight); boot server {boot.url}")
+    result: list[dict[str, Any]] = handle.get_result()
+    return result
