@@ -26,6 +26,7 @@ from lifecycle.cli._common import (
     out_console,
 )
 from lifecycle.cli.inventory import load_or_exit
+from lifecycle.planner.plan import Plan
 from lifecycle.store import Store, StoreError
 from lifecycle.store.db import default_home
 
@@ -75,7 +76,7 @@ def apply_cmd(
         except (UnknownNodes, StoreError) as exc:
             fail(str(exc), BAD_INPUT)
         if not first.changes:
-            _finish_without_changes(first.to_json(), as_json)
+            _finish_without_changes(first, as_json)
             return
         if not yes:
             if not sys.stdin.isatty():
@@ -99,9 +100,12 @@ def apply_cmd(
     if as_json:
         emit_json(report.to_json())
     else:
-        emit_table("applied", ["node", "action", "result", "run", "detail"],
-                   [(d.node, d.action.value, "ok" if d.ok else "FAILED", d.run_id, d.detail[:160])
-                    for d in report.done])
+        if report.done:
+            emit_table("applied", ["node", "action", "result", "run", "detail"],
+                       [(d.node, d.action.value, "ok" if d.ok else "FAILED", d.run_id, d.detail[:160])
+                        for d in report.done])
+        else:
+            err_console.print("nothing done: no step could be carried out", markup=False)
         for name, why in sorted(report.skipped.items()):
             out_console.print(f"{name}: left for later: {why}", markup=False, soft_wrap=True)
         remaining = report.final.nodes if report.final else []
@@ -115,8 +119,11 @@ def apply_cmd(
         raise typer.Exit(FAILED)
 
 
-def _finish_without_changes(plan: dict[str, object], as_json: bool) -> None:
+def _finish_without_changes(plan: Plan, as_json: bool) -> None:
     if as_json:
-        emit_json({"converged": True, "done": [], "skipped": {}, "remaining": plan})
-    else:
-        err_console.print("no changes", markup=False)
+        emit_json({"converged": True, "done": [], "skipped": {}, "remaining": plan.to_json()})
+        return
+    for n in plan.nodes:
+        for b in n.blockers:
+            out_console.print(f"{n.node}: blocked ({b.kind}): {b.message}", markup=False, soft_wrap=True)
+    err_console.print("no changes", markup=False)

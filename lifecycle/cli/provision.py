@@ -51,7 +51,9 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
     try:
         with boot_server(store, cfg) as boot, \
                 Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
-            return provision_nodes(ctl, boot, names, max_in_flight, lambda m: err_console.print(m, markup=False))
+            _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight,
+                                                lambda m: err_console.print(m, markup=False))
+            return outcomes
     except BootSetupError as exc:
         fail(str(exc), BAD_INPUT)
     finally:

@@ -61,10 +61,11 @@ class WorkflowRunner:
         assert self.boot is not None
         try:
             with boot_server(self.store, self.boot) as boot:
-                outcomes = provision_nodes(self.ctl, boot, list(nodes), self.max_in_flight, self.say, adopt=False)
+                run_id, outcomes = provision_nodes(self.ctl, boot, list(nodes), self.max_in_flight, self.say,
+                                                   adopt=False)
         except BootSetupError as exc:
             return [Done(n, Action.PROVISION, False, "", str(exc)) for n in nodes]
-        return [Done(o["node"], Action.PROVISION, bool(o["ok"]), "", o["reason"] or o["state"]) for o in outcomes]
+        return [Done(o["node"], Action.PROVISION, bool(o["ok"]), run_id, o["reason"] or o["state"]) for o in outcomes]
 
     def _accept(self, nodes: Sequence[str]) -> list[Done]:
         run_id = f"accept-{os.urandom(6).hex()}"

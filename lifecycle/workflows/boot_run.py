@@ -73,8 +73,10 @@ def boot_server(store: Store, cfg: BootSettings) -> Iterator[Boot]:
 
 
 def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight: int,
-                    say: Callable[[str], None], adopt: bool = True) -> list[dict[str, Any]]:
-    """Provision ``names`` (or, with ``adopt``, finish a provisioning run a dead process left); await it."""
+                    say: Callable[[str], None], adopt: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    """Provision ``names`` (or, with ``adopt``, finish a provisioning run a dead process left); await it.
+
+    Returns the run's id and each node's outcome."""
     provision.register_provision_queue(max_in_flight)
     cut_off = ctl.cut_off("provision_many") if adopt else []
     if cut_off:
@@ -86,4 +88,4 @@ def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight
         say(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} (max {max_in_flight} in "
             f"flight); boot server {boot.url}")
     result: list[dict[str, Any]] = handle.get_result()
-    return result
+    return str(handle.get_workflow_id()), result
