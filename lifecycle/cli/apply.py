@@ -3,8 +3,8 @@
 Carries the plan out as durable workflow runs, in waves, re-planning from
 fresh observations before each; stops at blockers without touching them;
 prints what it did and what remains. Exit codes: 0 converged ("no
-changes"), 1 something remains (blocked, failed or not implemented yet),
-2 bad input.
+changes", nothing blocked), 1 something remains (blocked, failed or not
+implemented yet), 2 bad input.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ def apply_cmd(
             fail(str(exc), BAD_INPUT)
         if not first.changes:
             _finish_without_changes(first, as_json)
+            if first.blocked:
+                raise typer.Exit(FAILED)
             return
         if not yes:
             if not sys.stdin.isatty():
@@ -121,9 +123,10 @@ def apply_cmd(
 
 def _finish_without_changes(plan: Plan, as_json: bool) -> None:
     if as_json:
-        emit_json({"converged": True, "done": [], "skipped": {}, "remaining": plan.to_json()})
+        emit_json({"converged": not plan.blocked, "done": [], "skipped": {}, "remaining": plan.to_json()})
         return
     for n in plan.nodes:
         for b in n.blockers:
             out_console.print(f"{n.node}: blocked ({b.kind}): {b.message}", markup=False, soft_wrap=True)
-    err_console.print("no changes", markup=False)
+    err_console.print("no changes" + (" (blocked nodes remain: not converged)" if plan.blocked else ""),
+                      markup=False)

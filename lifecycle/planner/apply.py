@@ -93,7 +93,8 @@ class ApplyReport:
 
     @property
     def converged(self) -> bool:
-        return self.final is not None and not self.final.changes
+        """Nothing left to change and nothing blocked: a blocked node is not where the inventory wants it."""
+        return self.final is not None and not self.final.changes and not self.final.blocked
 
     def to_json(self) -> dict[str, Any]:
         return {"converged": self.converged,

@@ -1,0 +1,42 @@
+"""apply's limits: --max-unavailable as N or P%, and bad input refused before anything runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lifecycle.planner.apply import Unavailable
+
+
+@pytest.mark.parametrize(("text", "size", "allowed"), [("1", 10, 1), ("3", 2, 3), ("25%", 8, 2), ("10%", 4, 1),
+                                                        ("100%", 7, 7)])
+def test_max_unavailable_of_a_pool(text: str, size: int, allowed: int) -> None:
+    assert Unavailable.parse(text).of(size) == allowed
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "0%", "101%", "x", "1.5", ""])
+def test_bad_max_unavailable_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--max-unavailable"):
+        Unavailable.parse(text)
+
+
+def _racklife(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
+    env = os.environ | {"RACKLIFE_HOME": str(tmp_path), "RACKLIFE_DB": f"sqlite:///{tmp_path / 'rl.sqlite'}"}
+    return subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_apply_bad_input_exits_2_and_creates_nothing(tmp_path: Path, repo_dir: Path) -> None:
+    inv = repo_dir / "examples" / "site-h100-2rack.yaml"
+    for args in (["apply", str(inv), "--max-unavailable", "0%", "--yes"],
+                 ["apply", str(inv), "--level", "extreme", "--yes"],
+                 ["apply", str(tmp_path / "missing.yaml"), "--yes"]):
+        res = _racklife(tmp_path, *args)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "Traceback" not in res.stderr
+    assert not (tmp_path / "rl.sqlite").exists()
