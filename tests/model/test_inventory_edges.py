@@ -301,3 +301,36 @@ def test_dumped_inventory_reads_back_even_with_shared_values() -> None:
     assert "*id" not in yaml.dump({"x": shared, "y": shared}, Dumper=_NoAliasDumper)
     inv = parse_inventory(BASE, "base.yaml")
     assert parse_inventory(dump_inventory(inv), "dumped.yaml") == inv
+
+
+# ------------------------------------------------------------------ fuzz: only ever an InventoryError
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = ["\n", "  ", "- ", ": ", "{", "}", "[", "]", "&a ", "*a", "!!python/object:os.system", "!!binary ",
+           "<<: ", "'", '"', "\\", "#", "\x00", "\x1b", "\t", "%YAML 1.1\n", "---\n", "...\n", "? ", "|", ">",
+           "9" * 5000, "1e400", "0x1F", "~", "null", "yes", "2026-12-01", "\ufeff", "é", "\U0001f600"]
+_YAMLISH = st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=8)), max_size=30).map("".join)
+_FIELDS = ["  name: lab1", "    serial: SN-0002", "    u: 2", "    pool: inference", "      address: 127.0.0.1:6230",
+           "labels: {racklife.io/pool: inference}", '    version: "1"', "    mgmt_ip: 10.1.0.2"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_YAMLISH)
+def test_any_text_is_an_inventory_or_a_list_of_problems(text: str) -> None:
+    try:
+        parse_inventory(text, "fuzz.yaml")
+    except InventoryError as exc:
+        assert exc.problems and all(p.file == "fuzz.yaml" and p.field for p in exc.problems)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(_FIELDS), value=_YAMLISH)
+def test_any_value_in_a_field_is_accepted_or_a_problem_on_its_line(field: str, value: str) -> None:
+    key = field.split(":", 1)[0]
+    text = BASE.replace(field, f"{key}: {value}", 1)
+    try:
+        parse_inventory(text, "fuzz.yaml")
+    except InventoryError as exc:
+        assert exc.problems and all(p.file == "fuzz.yaml" and p.field for p in exc.problems)

@@ -260,3 +260,13 @@ def test_slurm_render_command_refuses_the_issue_probe(tmp_path: Any) -> None:
     res = racklife(tmp_path, "slurm", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--json",
                    "--controller", "ctl #x")
     assert res.returncode == 2 and json.loads(res.stdout)["error"].startswith("controller:")
+
+
+def test_a_huge_hostlist_range_is_refused_not_expanded() -> None:
+    import time
+
+    start = time.monotonic()
+    for expr in ("n[0-999999999]", "n[0-999]x[0-999]", ",".join(["m[0-9999]"] * 11)):
+        with pytest.raises(ValueError, match="more than 100,000"):
+            expand(expr)
+    assert time.monotonic() - start < 2.0

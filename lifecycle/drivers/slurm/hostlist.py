@@ -15,12 +15,18 @@ _TAIL_DIGITS = re.compile(r"^(.*?)(\d+)$")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+MAX_HOSTS = 100_000
+"""Most names one hostlist may expand to: ``n[0-999999999]`` would otherwise fill memory."""
+
+
 def expand(expr: str) -> list[str]:
     """Expand a hostlist such as ``node[1433,1889-1890],login1`` into names, in order."""
     names: list[str] = []
     for part in _split_top(expr.strip()):
         if part:
             names.extend(_expand_one(part))
+            if len(names) > MAX_HOSTS:
+                raise ValueError(f"hostlist expands to more than {MAX_HOSTS:,} names")
     return names
 
 
@@ -62,6 +68,8 @@ def _expand_one(part: str) -> list[str]:
             out.extend(head + lo + t for t in tails)
             continue
         width = len(lo)
+        if (int(hi) - int(lo) + 1) * len(tails) > MAX_HOSTS:
+            raise ValueError(f"range {item!r} in hostlist {part!r} is more than {MAX_HOSTS:,} names")
         for n in range(int(lo), int(hi) + 1):
             out.extend(f"{head}{n:0{width}d}{t}" for t in tails)
     return out
