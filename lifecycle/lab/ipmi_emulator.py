@@ -244,6 +244,7 @@ class EmulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
         self.sdr_stamp = int.from_bytes(hashlib.sha256(b"".join(self.sdrs)).digest()[:4], "little")
         self.sel = list(spec.sel)
         self.calls: Counter[tuple[int, int]] = Counter()
+        self.busy = 0  # answer the next this many chassis commands with C0h (node busy)
         self._handlers: dict[tuple[int, int], Callable[[bytes], tuple[int, bytes]]] = {
             (0x00, 0x01): self._chassis_status, (0x00, 0x02): self._chassis_control,
             (0x00, 0x08): self._set_boot_options, (0x00, 0x09): self._get_boot_options,
@@ -271,6 +272,10 @@ class EmulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
         with self.emulator.lock:
             self.calls[key] += 1
             self.settle()
+            if self.busy > 0 and request["netfn"] == 0x00:
+                self.busy -= 1
+                session.send_ipmi_response(data=[], code=0xC0)
+                return
             try:
                 code, data = (0xC1, b"") if handler is None else handler(bytes(request["data"]))
             except (IndexError, ValueError, struct.error):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyghmi import exceptions as pyghmi_exc
 
-from lifecycle.drivers.bmc.base import Credentials
+from lifecycle.drivers.bmc.base import Credentials, PowerState
 from lifecycle.drivers.bmc.ipmi import IpmiDriver, parse_address
 from lifecycle.drivers.errors import (
     Busy,
@@ -17,7 +17,14 @@ from lifecycle.drivers.errors import (
     TemporaryError,
     Unreachable,
 )
-from tests.bmc.ipmi_fixtures import PASSWORD, BlackHole, black_hole_fixture  # noqa: F401 - fixture
+from lifecycle.workflows.retry import Retrier, RetryPolicy, retrier, using
+from tests.bmc.ipmi_fixtures import (  # noqa: F401 - fixtures
+    PASSWORD,
+    BlackHole,
+    Lab,
+    black_hole_fixture,
+    ipmi_lab_fixture,
+)
 
 # pyghmi retransmits the channel-auth request a few times before it gives up; more than this
 # many datagrams for one call would be a retry storm.
@@ -71,3 +78,16 @@ def test_completion_codes_say_whether_a_retry_can_help(code: int, text: str, kin
     assert error.retryable is (kind is Busy)
     assert isinstance(error, TemporaryError if kind is Busy else PermanentError)
     assert f"{code:02X}h" in error.message
+
+
+def test_a_busy_bmc_is_retried_by_an_idempotent_step(ipmi_lab: Lab) -> None:
+    """Real RMCP+ exchanges: the emulator answers C0h (node busy) twice, then the status."""
+    ipmi_lab.bmc.busy = 2
+    driver = ipmi_lab.driver()
+    with pytest.raises(Busy, match="C0h"):
+        driver.power_state()
+    waited: list[float] = []
+    with using(Retrier(RetryPolicy(attempts=3, backoff_s=1.0), waited.append)):
+        assert retrier().call(driver.power_state) is PowerState.OFF
+    assert waited == [1.0]  # one more C0h, then the answer
+    assert ipmi_lab.bmc.busy == 0

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from pyghmi import exceptions as pyghmi_exc
 from pyghmi.ipmi import command as pyghmi_command
 from pyghmi.ipmi import fru as pyghmi_fru
+from pyghmi.ipmi.private import constants as pyghmi_constants
 from pyghmi.ipmi.private import session as pyghmi_session
 from pyghmi.ipmi.private import util as pyghmi_util
 
@@ -57,15 +58,23 @@ from lifecycle.drivers.errors import (
 
 T = TypeVar("T")
 
-# IPMI 2.0 completion codes (table 5-2) that mean "not now": trying again later can help.
+# IPMI 2.0 completion codes (table 5-2) racklife tells apart; the "not now" ones are Busy (temporary),
+# any code not listed is OperationFailed (permanent).
 COMPLETION_CODES: dict[int, tuple[type[DriverError], str]] = {
     0xC0: (Busy, "node busy"),
     0xC3: (Busy, "timeout while processing the command"),
     0xC4: (Busy, "out of space"),
     0xCE: (Busy, "command response could not be provided"),
+    0xD0: (Busy, "SDR repository in update mode"),
+    0xD1: (Busy, "device in firmware update mode"),
+    0xD2: (Busy, "BMC initialization in progress"),
     0xC1: (NotSupported, "the BMC does not know this command"),
     0xD5: (OperationFailed, "not supported in the present state"),
 }
+# pyghmi often raises only the text of a completion code (``IpmiException("Node Busy")``): the
+# code comes back from pyghmi's own table of those texts.
+_CODE_OF_TEXT = {text.lower(): code for code, text in pyghmi_constants.ipmi_completion_codes.items()
+                 if code not in (0x00, 0xFFFF)}
 
 
 def _sendto_keeping_nonblocking(sock: Any, packet: bytes, sockaddr: Any) -> None:
@@ -201,8 +210,8 @@ class IpmiDriver(BmcDriver):
             raise error
 
     def _command_error(self, what: str, exc: pyghmi_exc.IpmiException) -> DriverError:
-        code = getattr(exc, "ipmicode", 0)
         text = str(exc.args[0]) if exc.args and exc.args[0] else ""
+        code = getattr(exc, "ipmicode", 0) or _CODE_OF_TEXT.get(text.lower(), 0)
         if code == 0xFFFF or text in ("timeout", "") or "session" in text.lower():
             return Unreachable(self.target, f"{what}: the BMC stopped answering")
         suffix = f" (completion code {code:02X}h)" if code else ""
