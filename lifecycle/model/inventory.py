@@ -30,6 +30,7 @@ from pydantic import (
 
 from lifecycle.model import bmc_address, vocab
 from lifecycle.model.inventory_checks import cross_checks
+from lifecycle.model.redact import names_a_secret
 from lifecycle.model.skus import SKUS
 from lifecycle.model.strict_yaml import MAX_BYTES, InventoryError, Path_, Problem, fmt, line_of, parse_yaml
 
@@ -61,7 +62,16 @@ Name = Annotated[str, AfterValidator(vocab.node_name)]
 Mac = Annotated[str, AfterValidator(vocab.mac)]
 NodeIp = Annotated[str, AfterValidator(vocab.node_ip)]
 CredentialsRef = Annotated[str, AfterValidator(_credentials)]
-LabelKey = Annotated[str, AfterValidator(vocab.label_key)]
+def _not_a_secret(key: str) -> str:
+    # Labels are published (Kubernetes Node labels, reports, `node show`): a label named like
+    # a secret holds one by mistake. The value is never echoed.
+    if names_a_secret(key.rpartition("/")[2]):
+        raise ValueError("is named like a secret (password, token, ...): credentials never go in the "
+                         "inventory; the BMC's 'credentials: env:VARIABLE' or 'file:/path' names them")
+    return key
+
+
+LabelKey = Annotated[str, AfterValidator(vocab.label_key), AfterValidator(_not_a_secret)]
 LabelValue = Annotated[str, AfterValidator(vocab.label_value)]
 TaintText = Annotated[str, AfterValidator(lambda t: str(vocab.taint(t)))]
 Text = Annotated[str, AfterValidator(vocab.text)]

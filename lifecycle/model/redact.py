@@ -54,6 +54,14 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+_SECRET_NAME = re.compile(rf"(?i)(?:^|[-_.]){_KEY}(?:$|[-_.])")
+
+
+def names_a_secret(name: str) -> bool:
+    """Whether a key or label name says it holds a secret (``bmc-password``, ``api_token``)."""
+    return bool(_SECRET_NAME.search(name))
+
+
 def _spellings(secret: str) -> set[str]:
     """The secret as it may appear in text: raw, JSON-escaped, URL-encoded."""
     forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret, safe="")}

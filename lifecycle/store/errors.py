@@ -10,6 +10,11 @@ to its own exit code with one line and no traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+from lifecycle.model.states import Actor, State
+
 
 class StoreError(Exception):
     """A request the store refuses (unknown node, changed in-service node, ...)."""
@@ -22,3 +27,16 @@ class NodeNotFound(StoreError):
 
 class StoreUnavailable(Exception):
     """The store cannot be opened or used: wrong URL, unreachable, locked, read-only, not racklife's."""
+
+
+_E = TypeVar("_E", State, Actor)
+
+
+def known(vocabulary: Callable[[str], _E], value: str, node: str) -> _E:
+    """A stored state or actor, or one line saying the row is not this code's to read."""
+    try:
+        return vocabulary(value)
+    except ValueError:
+        kind = getattr(vocabulary, "__name__", "value").lower()
+        raise StoreUnavailable(f"node {node} has {kind} '{value}' in the store, which this racklife does "
+                               "not know (written by a newer racklife, or edited by hand)") from None

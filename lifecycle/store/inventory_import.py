@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection
 from lifecycle.model.inventory import Inventory, Node
 from lifecycle.model.states import Actor, State
 from lifecycle.store import db
+from lifecycle.store.errors import known
 
 # A node whose spec may not change under it: a scheduler is using it.
 FROZEN_STATES = frozenset({State.JOINING, State.IN_SERVICE, State.DRAINING,
@@ -139,7 +140,7 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
             continue
         matched[node.name] = row
         sha = canonical(node)[1]
-        state = State(row.state)
+        state = known(State, row.state, row.name)
         if row.name != node.name:
             if holder is not None and holder.serial in serials:
                 if frozenset((row.serial, holder.serial)) in swaps:
@@ -162,8 +163,9 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
             what = f"rename to {node.name}" if row.name != node.name else "change"
             problems.append(f"{row.name} (state {state}): refusing to {what} a node that a scheduler is "
                             "using; drain it first")
-    removed = [Removed(r.name, r.serial, State(r.state)) for r in rows if r.serial not in serials]
-    held = {(r.rack, r.u): r for r in rows if r.serial not in serials and State(r.state) != State.DECOMMISSIONED}
+    removed = [Removed(r.name, r.serial, known(State, r.state, r.name)) for r in rows if r.serial not in serials]
+    held = {(r.rack, r.u): r for r in rows
+            if r.serial not in serials and known(State, r.state, r.name) != State.DECOMMISSIONED}
     for node in inv.nodes:
         other = held.get((node.rack, node.u))
         if other is not None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -36,7 +36,7 @@ from lifecycle.model.states import (
 from lifecycle.store import connect, db, inventory_import
 from lifecycle.store.errors import NodeNotFound as NodeNotFound  # re-exported: imported from here too
 from lifecycle.store.errors import StoreError as StoreError
-from lifecycle.store.errors import StoreUnavailable
+from lifecycle.store.errors import known
 from lifecycle.store.inventory_import import ImportReport
 
 
@@ -106,17 +106,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-_E = TypeVar("_E", State, Actor)
-
-
-def _known(vocabulary: Callable[[str], _E], value: str, node: str) -> _E:
-    """A stored state or actor, or one line saying the row is not this code's to read."""
-    try:
-        return vocabulary(value)
-    except ValueError:
-        kind = getattr(vocabulary, "__name__", "value").lower()
-        raise StoreUnavailable(f"node {node} has {kind} '{value}' in the store, which this racklife does "
-                               "not know (written by a newer racklife, or edited by hand)") from None
+_known = known
 
 
 class Store:

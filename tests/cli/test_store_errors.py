@@ -111,7 +111,8 @@ def test_unknown_state_in_a_row(tmp_path: Path) -> None:
     path = _imported(tmp_path)
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE racklife_nodes SET state = 'levitating' WHERE name = 'r01-n03'")
-    for args in (("nodes", "list"), ("node", "show", "r01-n03"), ("node", "history", "r01-n01")):
+    for args in (("nodes", "list"), ("node", "show", "r01-n03"), ("inventory", "import", str(EXAMPLE)),
+                 ("node", "history", "r01-n01")):
         res = racklife(tmp_path, *args)
         if args[-1] == "r01-n01":  # its own rows are fine
             assert res.returncode == 0, res.stderr
