@@ -20,6 +20,7 @@ from lifecycle.cli import evidence as _evidence
 from lifecycle.cli import image as _image
 from lifecycle.cli import inventory as _inventory
 from lifecycle.cli import kube as _kube
+from lifecycle.cli import metrics as _metrics
 from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import plan as _plan
 from lifecycle.cli import provision as _provision
@@ -75,6 +76,7 @@ app.add_typer(_evidence.app, name="evidence")
 app.add_typer(_burnin.app, name="burnin")
 app.add_typer(_bmc.app, name="bmc")
 app.add_typer(_kube.app, name="kube")
+app.add_typer(_metrics.app, name="metrics")
 # The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
 _lab = load("lab", "lab")
 if isinstance(_lab, ModuleType):

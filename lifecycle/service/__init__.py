@@ -1,0 +1,1 @@
+"""racklife serve and what it exposes: metrics, the controller (lifecycle/service/*.py)."""

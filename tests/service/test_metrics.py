@@ -1,0 +1,161 @@
+"""Metrics computed from the store at scrape time: scraped over HTTP, parsed with prometheus_client's parser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lifecycle.model.states import State
+from lifecycle.service import metrics
+from lifecycle.service.fleet import CAPACITY, TRANSITIONAL
+from lifecycle.store import Store
+from tests.service import scripted
+
+RACKLIFE = [sys.executable, "-c", "from lifecycle.cli import main; main()"]
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> tuple[Samples, dict[str, str]]:
+    samples: Samples = {}
+    types: dict[str, str] = {}
+    for fam in text_string_to_metric_families(text):
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples, types
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:  # loopback only
+        assert resp.status == 200
+        return str(resp.read().decode())
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'rl.sqlite'}"
+
+
+@pytest.fixture
+def store(repo_dir: Path, url: str) -> Iterator[Store]:
+    s = scripted.build(repo_dir, url)
+    yield s
+    s.close()
+
+
+def test_every_state_has_a_capacity_row() -> None:
+    assert set(CAPACITY) == set(State)
+    assert State.PROVISIONING in TRANSITIONAL and State.IN_SERVICE not in TRANSITIONAL
+
+
+def test_scraped_over_http_gives_the_store_values(store: Store) -> None:
+    server = metrics.serve(store, "127.0.0.1", 0, clock=lambda: scripted.NOW)
+    try:
+        assert server.host == "127.0.0.1"
+        samples, types = parse(scrape(f"http://127.0.0.1:{server.port}/metrics"))
+    finally:
+        server.close()
+    wrong = {k: (v, samples.get(k)) for k, v in scripted.EXPECTED.items() if samples.get(k) != pytest.approx(v)}
+    assert not wrong, wrong
+    assert types["racklife_acceptance_records"] == "counter"
+    assert types["racklife_workflow_duration_seconds"] == "histogram"
+    # Only passing records count for the age; a node that never passed has none.
+    assert not [k for k in samples if k[0] == "racklife_acceptance_last_pass_age_seconds"
+                and ("node", "r01-n02") in k[1]]
+    exported = {name for name, _ in samples} | set(types)
+    assert {n for n in metrics.METRICS} <= {n.removesuffix("_total") for n in exported}
+
+
+def test_scrape_reads_the_store_each_time(store: Store) -> None:
+    server = metrics.serve(store, "127.0.0.1", 0, clock=lambda: scripted.NOW)
+    key = ("racklife_nodes", frozenset({"pool": "training", "state": "quarantined"}.items()))
+    try:
+        before, _ = parse(scrape(f"http://127.0.0.1:{server.port}/"))
+        store.transition("r01-n05", "inspect", scripted.Actor.OPERATOR, "look")
+        store.transition("r01-n05", "inspect_done", scripted.Actor.WORKFLOW, "looked")
+        scripted._walk(store, "r01-n05", ["provision", "provision_done", "burn_in", "quarantine"])
+        after, _ = parse(scrape(f"http://127.0.0.1:{server.port}/"))
+    finally:
+        server.close()
+    assert (before[key], after[key]) == (1, 2)
+
+
+def test_an_unreadable_store_fails_the_scrape(tmp_path: Path, store: Store) -> None:
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE racklife_observations")
+    server = metrics.serve(store, "127.0.0.1", 0)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            scrape(f"http://127.0.0.1:{server.port}/metrics")
+    finally:
+        server.close()
+    err.value.close()
+    assert err.value.code == 500  # Prometheus sees up == 0, not an empty fleet
+
+
+def test_workflow_runs_from_dbos_status_table(store: Store, url: str, repo_dir: Path) -> None:
+    env = os.environ | {"RACKLIFE_DB": url}
+    done = subprocess.run([sys.executable, str(repo_dir / "tests" / "service" / "runs_app.py"), url],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    samples, _ = parse(metrics.render(store))
+
+    def value(name: str, **labels: str) -> float | None:
+        return samples.get((name, frozenset(labels.items())))
+
+    assert value("racklife_workflow_runs", workflow="metrics_ok", status="SUCCESS") == 1
+    assert value("racklife_workflow_runs", workflow="metrics_bad", status="ERROR") == 1
+    assert value("racklife_workflow_duration_seconds_count", workflow="metrics_ok", status="SUCCESS") == 1
+    assert value("racklife_workflow_duration_seconds_bucket", workflow="metrics_bad", status="ERROR",
+                 le="+Inf") == 1
+    assert value("racklife_workflow_duration_seconds_bucket", workflow="metrics_ok", status="SUCCESS",
+                 le="60.0") == 1  # a run of two steps takes well under a minute
+
+
+def test_textfile_is_written_atomically_and_parses(store: Store, url: str, tmp_path: Path) -> None:
+    out = tmp_path / "prom" / "racklife.prom"
+    out.parent.mkdir()
+    env = os.environ | {"RACKLIFE_DB": url}
+    done = subprocess.run([*RACKLIFE, "metrics", "textfile", str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in out.parent.iterdir()] == ["racklife.prom"]  # no temp file left
+    samples, _ = parse(out.read_text())
+    assert samples[("racklife_nodes", frozenset({"pool": "training", "state": "lent"}.items()))] == 1
+
+
+@pytest.mark.parametrize("name", ["racklife.txt", "missing/racklife.prom"])
+def test_textfile_refuses_a_bad_path(url: str, tmp_path: Path, name: str) -> None:
+    done = subprocess.run([*RACKLIFE, "metrics", "textfile", str(tmp_path / name)],
+                          env=os.environ | {"RACKLIFE_DB": url}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / name).exists()
+
+
+def test_metrics_serve_command_binds_loopback_and_stops_on_sigterm(store: Store, url: str) -> None:
+    proc = subprocess.Popen([*RACKLIFE, "metrics", "serve", "--port", "0"],
+                            env=os.environ | {"RACKLIFE_DB": url}, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("serving metrics on http://127.0.0.1:"), line
+        samples, _ = parse(scrape(line.split()[-1]))
+        assert samples[("racklife_nodes", frozenset({"pool": "inference", "state": "in_service"}.items()))] == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
