@@ -29,6 +29,7 @@ from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import workflows as _workflows
 from lifecycle.cli._common import BAD_INPUT, fail, unavailable
 from lifecycle.cli._extras import STAND_IN_SETTINGS, load
+from lifecycle.model import events
 from lifecycle.model.redact import install_logging_filter
 from lifecycle.store import StoreUnavailable
 from lifecycle.store.connect import unavailable as store_unavailable
@@ -56,6 +57,11 @@ def _root(
         RetryPolicy.from_env()  # a malformed RACKLIFE_RETRY_* is refused before anything runs
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
+    event_log = os.environ.get("RACKLIFE_EVENT_LOG")
+    if event_log and event_log not in ("stderr", "stdout", "-") and (
+            os.path.isdir(event_log) or not os.path.isdir(os.path.dirname(os.path.abspath(event_log)))):
+        fail(f"RACKLIFE_EVENT_LOG={event_log}: not a file in an existing directory", BAD_INPUT)
+    events.configure(event_log)  # JSON lines of every transition and step (docs/observability.md)
 
 
 app.add_typer(_inventory.app, name="inventory")

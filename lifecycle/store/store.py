@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from lifecycle.model import events
 from lifecycle.model.inventory import BUILTIN_POOLS, Inventory, Node, Pool
 from lifecycle.model.redact import redact, redact_data
 from lifecycle.model.states import (
@@ -100,6 +101,15 @@ class AcceptanceRecord:
 def _aware(value: datetime) -> datetime:
     # SQLite hands back naive datetimes; everything we store is UTC.
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _announce(fresh: Sequence[tuple[Transition, float | None]]) -> None:
+    """One event per committed move (never for a replay: it was announced when it was made)."""
+    for t, in_source_s in fresh:
+        events.emit(events.Event(
+            "transition", t.node, t.run_id, t.event, t.target.value, in_source_s,
+            {"source": t.source.value if t.source else None, "target": t.target.value, "actor": t.actor.value,
+             "reason": t.reason}))
 
 
 def _now() -> datetime:
@@ -232,8 +242,11 @@ class Store:
         returns the recorded transition instead of failing: a workflow step
         cut off after its commit runs again after a crash.
         """
+        fresh: list[tuple[Transition, float | None]] = []
         with self._tx() as conn:
-            return self._apply(conn, name, event, actor, reason, run_id, acceptance_record)
+            done = self._apply(conn, name, event, actor, reason, run_id, acceptance_record, fresh)
+        _announce(fresh)
+        return done
 
     def transitions(self, name: str, moves: Sequence[tuple[str, str]], actor: Actor,
                     run_id: str | None = None) -> Transition:
@@ -254,8 +267,10 @@ class Store:
                 replayed = self._replayed(conn, name, _known(State, row.state, name), moves[-1][0], run_id)
                 if replayed is not None:
                     return replayed
-            done = [self._apply(conn, name, event, actor, reason, run_id, None)
+            fresh: list[tuple[Transition, float | None]] = []
+            done = [self._apply(conn, name, event, actor, reason, run_id, None, fresh)
                     for event, reason in moves]
+        _announce(fresh)
         return done[-1]
 
     @staticmethod
@@ -272,11 +287,14 @@ class Store:
         return None
 
     def _apply(self, conn: Connection, name: str, event: str, actor: Actor, reason: str,
-               run_id: str | None, acceptance_record: str | None) -> Transition:
+               run_id: str | None, acceptance_record: str | None,
+               fresh: list[tuple[Transition, float | None]] | None = None) -> Transition:
+        """Apply one move; a move actually made (not a replay) is appended to ``fresh`` with the
+        seconds the node spent in its source state, for the event emitted after the commit."""
         if not reason.strip():
             raise StoreError("a transition needs a reason")
         reason = redact(reason)
-        row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
+        row = conn.execute(sa.select(db.nodes.c.state, db.nodes.c.state_since).where(db.nodes.c.name == name)).first()
         if row is None:
             raise NodeNotFound(name)
         current = _known(State, row.state, name)
@@ -298,7 +316,11 @@ class Store:
         conn.execute(sa.insert(db.transitions).values(
             node=name, source=current.value, target=target.value, event=event,
             actor=actor.value, reason=reason, run_id=run_id, at=now))
-        return Transition(name, current, target, event, actor, reason, run_id, now)
+        done = Transition(name, current, target, event, actor, reason, run_id, now)
+        if fresh is not None:
+            since = _aware(row.state_since) if row.state_since is not None else None
+            fresh.append((done, (now - since).total_seconds() if since else None))
+        return done
 
     def set_pool(self, name: str, pool: str) -> None:
         """Record the pool a node serves (role swap); the state machine is untouched."""

@@ -31,6 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
+from lifecycle.model import events
 from lifecycle.model.redact import install_logging_filter
 from lifecycle.store import connect, db
 
@@ -66,6 +67,7 @@ def launch(url: str | None = None, *, executor: str | None = None, role: str = "
     # opens the database (DBOS runs its own migrations on launch; they touch none of ours).
     connect.ensure_store(url)
     install_logging_filter()
+    events.configure()  # RACKLIFE_EVENT_LOG: JSON lines of transitions and steps, in any process that runs them
     config: DBOSConfig = {
         "name": "racklife",
         "system_database_url": url,

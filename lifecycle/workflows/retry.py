@@ -34,6 +34,7 @@ job requeue).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import time
@@ -43,6 +44,7 @@ from dataclasses import dataclass, fields
 from typing import ParamSpec, TypeVar
 
 from lifecycle.drivers.errors import TemporaryError
+from lifecycle.model import events
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +170,44 @@ def step(*, idempotent: bool, name: str | None = None) -> Callable[[Callable[P, 
                 return retrier().call(fn, *args, **kwargs)
 
             body = retried
+        body = _announced(body, name or fn.__name__, inspect.signature(fn), lambda: DBOS.workflow_id)
         body.__dict__["idempotent"] = idempotent
         wrapped: Callable[P, R] = DBOS.step(name=name)(body) if name else DBOS.step()(body)
         wrapped.__dict__["idempotent"] = idempotent
         return wrapped
 
     return decorate
+
+
+def _announced(fn: Callable[P, R], step_name: str, sig: inspect.Signature,
+               run_id: Callable[[], str | None]) -> Callable[P, R]:
+    """``fn`` emitting one event when it ends (inside the DBOS step: a replay returns the journaled
+    outcome without running it, and so without a second event)."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            bound = sig.bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {}
+        node = bound.get("node")
+        many = bound.get("nodes")
+        detail: dict[str, object] = {}
+        if isinstance(many, list | tuple) and all(isinstance(n, str) for n in many):
+            detail["nodes"] = list(many)
+        started = time.monotonic()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            events.emit(events.Event("step", node if isinstance(node, str) else None, run_id(), step_name,
+                                     "error", time.monotonic() - started,
+                                     detail | {"error": f"{type(exc).__name__}: {exc}"}))
+            raise
+        events.emit(events.Event("step", node if isinstance(node, str) else None, run_id(), step_name, "ok",
+                                 time.monotonic() - started, detail))
+        return result
+
+    return run
 
 
 def is_idempotent(fn: object) -> bool | None:

@@ -1,7 +1,10 @@
-"""Runs two real DBOS workflows on a store, one that succeeds and one that fails; run as a subprocess.
+"""Runs real DBOS workflows on a store, one that succeeds and one that fails; run as a subprocess.
 
-argv: DB_URL. DBOS keeps process-global state, so the test that reads the
-runs' rows back (through the metrics) starts this in a process of its own.
+argv: DB_URL. DBOS keeps process-global state, so the tests that read the
+runs back (through the metrics, and the event log) start this in a process
+of their own. The test credential ``SECRET`` is registered with the
+redaction filter, as a BMC password is when it is loaded, and then put in a
+reason and an error on purpose: no log may show it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,15 @@ import sys
 
 from dbos import DBOS
 
+from lifecycle.model import redact
 from lifecycle.store import shared_store
 from lifecycle.workflows import engine
+from lifecycle.workflows.node_ops import transition
 from lifecycle.workflows.retry import step
+from tests.service.scripted import SECRETS
 
 URL = sys.argv[1]
+SECRET, GENERIC = SECRETS[0], SECRETS[1]
 
 
 @step(idempotent=True)
@@ -24,11 +31,13 @@ def look(node: str) -> str:
 
 @step(idempotent=False)
 def break_it(node: str) -> str:
-    raise RuntimeError(f"scripted failure on {node} (password=hunter2-secret)")
+    raise RuntimeError(f"scripted failure on {node}: BMC said 'login {SECRET} refused' (password={GENERIC})")
 
 
 @DBOS.workflow()
 def metrics_ok(node: str) -> str:
+    transition(node, "inspect", f"inspect with credential {SECRET}")
+    transition(node, "inspect_done", "inspected")
     return look(node)
 
 
@@ -38,13 +47,14 @@ def metrics_bad(node: str) -> str:
     return break_it(node)
 
 
+redact.register(SECRET, username="root")
 shared_store(URL)
 engine.launch(URL, role="metricstest")
 try:
-    print(DBOS.start_workflow(metrics_ok, "r01-n01").get_result(), flush=True)
+    print(DBOS.start_workflow(metrics_ok, "r02-n01").get_result(), flush=True)
     try:
         DBOS.start_workflow(metrics_bad, "r01-n02").get_result()
     except RuntimeError as exc:
-        print("failed as scripted:", exc, flush=True)
+        print("failed as scripted:", type(exc).__name__, flush=True)  # the text is the test's bait
 finally:
     engine.shutdown()

@@ -14,6 +14,7 @@ moved through the state machine by the store's one writer:
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from lifecycle.planner.observed import KubeSeen, Observation, SlurmSeen
 from lifecycle.store import AcceptanceRecord, Store
 from lifecycle.store import db as dbm
 
+# Test credentials: one registered with the redaction filter (as a loaded BMC password is), one only
+# in a secret's shape (password=...), and HTTP Basic's base64 of root:<the first>.
+SECRETS = ("Rk-7f3b9-bmc-Secret", "hunter2-xyz", base64.b64encode(b"root:Rk-7f3b9-bmc-Secret").decode())
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 DATED: list[tuple[str, datetime]] = []
 BRINGUP = ["inspect", "inspect_done", "provision", "provision_done", "burn_in"]
