@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
   openssl
   debootstrap squashfs-tools                      # Debian image build; Slurm 24.11 root for topology/block
   chromium                                         # renders the acceptance HTML report in tests
+  containerd runc conntrack socat ethtool iptables # the kube_node role (its Debian part; containerd checks its config)
 )
 
 missing=()
