@@ -15,7 +15,7 @@ from lifecycle.drivers.kube.manifests import (
     render_slinky,
     validate,
 )
-from lifecycle.model.inventory import Inventory
+from lifecycle.model.inventory import Inventory, InventoryError
 from lifecycle.model.skus import SKUS
 from tests.kube_manifests.inventories import edited
 
@@ -126,18 +126,22 @@ def test_a_pool_mixing_skus_is_refused() -> None:
 
 
 def test_a_bad_pool_taint_is_refused_with_its_place() -> None:
-    inv = edited(lambda d: d["pools"]["inference"].update(taints=["racklife.io/pool=inference:Sometimes"]))
+    # The inventory refuses it first; the renderer checks again (model_copy skips validation).
+    with pytest.raises(InventoryError):
+        edited(lambda d: d["pools"]["inference"].update(taints=["racklife.io/pool=inference:Sometimes"]))
+    inv = edited(lambda d: None)
+    bad = inv.pools["inference"].model_copy(update={"taints": ["racklife.io/pool=inference:Sometimes"]})
+    inv = inv.model_copy(update={"pools": {**inv.pools, "inference": bad}})
     with pytest.raises(RenderError) as info:
         render_gpu_operator(inv)
     assert [p.field for p in info.value.problems] == ["pools.inference.taints[0]"]
 
 
 def test_a_pool_name_that_cannot_name_a_nodeset_is_refused() -> None:
-    def rename(d: dict[str, Any]) -> None:
-        d["pools"]["Training_A"] = d["pools"].pop("training")
-        for n in d["nodes"]:
-            if n["pool"] == "training":
-                n["pool"] = "Training_A"
+    inv = edited(lambda d: None)
+    pools = dict(inv.pools)
+    pools["Training_A"] = pools.pop("training")
+    nodes = [n.model_copy(update={"pool": "Training_A"}) if n.pool == "training" else n for n in inv.nodes]
     with pytest.raises(RenderError) as info:
-        render_slinky(edited(rename))
+        render_slinky(inv.model_copy(update={"pools": pools, "nodes": nodes}))
     assert [p.field for p in info.value.problems] == ["pools.Training_A"]
