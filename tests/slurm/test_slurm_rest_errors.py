@@ -12,19 +12,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, NotSupported, OperationFailed
+from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, NotSupported, OperationFailed, Unreachable
 from lifecycle.drivers.slurm.runner import RestClient
+
+# What slurmrestd 22.05.8 (the lab's, openapi v0.0.38) answers GET /nodes with a refused
+# token: HTTP 500 and this body (captured from tests/slurm's lab cluster).
+REFUSED_TOKEN_22_05 = (b'{"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"}, '
+                       b'"Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}}, '
+                       b'"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []}')
+NO_CONTROLLER = b'{"errors": [{"error": "Unable to contact slurm controller (connect failure)", "errno": 1007}]}'
+BODIES = {"refused-token": REFUSED_TOKEN_22_05, "no-controller": NO_CONTROLLER}
 
 
 class _Status(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        code = int(self.path.rstrip("/").rsplit("/", 1)[-1])
+        parts = self.path.rstrip("/").split("/")
+        code, body = int(parts[-1]), BODIES.get(parts[-2], b"{}")
         self.send_response(code)
         if code in (429, 503):
             self.send_header("Retry-After", "5")
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -58,3 +67,13 @@ def test_rest_status_says_whether_a_retry_can_help(rest: RestClient, code: int, 
     assert caught.value.retryable is (kind is Busy)
     assert caught.value.delay_s == delay
     assert "jwt-not-a-secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("path", "kind"), [
+    ("refused-token/500", OperationFailed),  # no retry can fix a refused token
+    ("no-controller/500", Unreachable),
+])
+def test_slurmrestds_own_words_decide_a_500(rest: RestClient, path: str, kind: type[DriverError]) -> None:
+    with pytest.raises(kind) as caught:
+        rest.get(path)
+    assert type(caught.value) is kind and "HTTP 500" in caught.value.message

@@ -5,8 +5,10 @@ lists only, a timeout on each), and every slurmrestd read through
 ``RestClient``. Failures become ``lifecycle.drivers.errors`` types here, from
 one table of Slurm's own messages, so callers only ask "can a retry help?"
 (``TemporaryError``: no controller, a socket timeout, "temporarily"; else
-``PermanentError``). slurmrestd is only read (GET), so its 5xx and 429 are
-temporary (``Busy``, with its ``Retry-After``).
+``PermanentError``). slurmrestd is only read (GET): an error it explains in
+its body is classified by the same table (22.05 answers a refused token with
+500 "Unspecified error": permanent); a 5xx or 429 without one (a proxy, a
+restart) is temporary (``Busy``, with its ``Retry-After``).
 The JWT is sent as a header and never appears in an error or a log.
 """
 
@@ -52,6 +54,18 @@ def classify(target: str, stderr: str) -> DriverError:
         if needle in low:
             return kind(target, stderr.strip())
     return OperationFailed(target, stderr.strip() or "failed without a message")
+
+
+def _slurm_error(exc: urllib.error.HTTPError) -> str | None:
+    """The first error slurmrestd put in the body of an HTTP error (None: no such body)."""
+    try:
+        body = json.loads(exc.read(65536) or b"null")
+    except (ValueError, OSError):
+        return None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if not isinstance(errors, list) or not errors or not isinstance(errors[0], dict):
+        return None
+    return str(errors[0].get("error") or errors[0].get("description") or "") or None
 
 
 class Runner(Protocol):
@@ -111,11 +125,16 @@ class RestClient:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
                 body: dict[str, Any] = json.load(resp)
         except urllib.error.HTTPError as exc:
+            said = _slurm_error(exc)
             exc.close()
             if exc.code in (401, 403):
                 raise AuthFailed(target, f"HTTP {exc.code}: token refused") from None
             if exc.code == 404:
                 raise NotSupported(target, f"HTTP 404 for {path}") from None
+            if said is not None and exc.code >= 500:
+                # slurmrestd's own error: its words decide. 22.05 answers a refused token with
+                # 500 "Unspecified error" (errno -1), which no retry can fix.
+                raise classify(target, f"HTTP {exc.code}: {said}") from None
             if exc.code == 429 or exc.code >= 500:
                 after = (exc.headers.get("Retry-After") or "") if exc.headers else ""
                 raise Busy(target, f"HTTP {exc.code}",
