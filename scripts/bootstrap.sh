@@ -15,6 +15,7 @@ DEBIAN_PACKAGES=(
   debootstrap squashfs-tools                      # Debian image build; Slurm 24.11 root for topology/block
   chromium                                         # renders the acceptance HTML report in tests
   containerd runc conntrack socat ethtool iptables # the kube_node role (its Debian part; containerd checks its config)
+  prometheus                                       # promtool for the alert rules; a test scrapes racklife
 )
 
 missing=()
@@ -26,6 +27,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The tests start their own Prometheus on loopback with a temp config; the package's service
+# (listening on :9090 with a default config) is not wanted.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO systemctl disable --now prometheus
 fi
 
 if [ ! -x .bootstrap/venv/bin/nox ]; then

@@ -59,8 +59,11 @@ CAPACITY: dict[State, Capacity] = {
     State.DECOMMISSIONING: C.RETIRED, State.DECOMMISSIONED: C.RETIRED,
 }
 
-# The "-ing" states: a node should pass through them, not stay (the stuck-node alert).
-TRANSITIONAL: frozenset[State] = frozenset(s for s in State if s.value.endswith("ing"))
+# The "-ing" states (burning_in among them): a node should pass through them, not stay (the
+# stuck-node alert, docs/prometheus/alerts.yaml; a test holds its list to this one).
+TRANSITIONAL: frozenset[State] = frozenset({
+    State.INSPECTING, State.PROVISIONING, State.BURNING_IN, State.JOINING, State.DRAINING, State.LENDING,
+    State.RECLAIMING, State.REPROVISIONING, State.UPGRADING, State.REPAIRING, State.DECOMMISSIONING})
 
 # Out of service: serving no scheduler, neither its own pool's nor (lent) the other's.
 SERVING: frozenset[State] = frozenset({State.IN_SERVICE, State.LENT})
