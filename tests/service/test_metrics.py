@@ -55,7 +55,7 @@ def store(repo_dir: Path, url: str) -> Iterator[Store]:
 def test_every_state_has_a_capacity_row() -> None:
     assert set(CAPACITY) == set(State)
     # every state the machine can leave without a person: each source of a workflow-only "_done" event
-    assert TRANSITIONAL == {r.source for r in RULES if r.event.endswith("_done")} | {State.BURNING_IN}
+    assert {r.source for r in RULES if r.event.endswith("_done")} | {State.BURNING_IN} == TRANSITIONAL
     assert State.IN_SERVICE not in TRANSITIONAL
 
 
