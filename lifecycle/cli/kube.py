@@ -13,25 +13,19 @@ import sys
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 import yaml
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, fail, out_console
 from lifecycle.cli.inventory import load_or_exit
-from lifecycle.drivers.kube.manifests import (
-    GpuOperatorOptions,
-    Manifest,
-    Rendered,
-    RenderError,
-    SlinkyOptions,
-    dump,
-    gpu_operator,
-    render_gpu_operator,
-    render_slinky,
-    validate,
-)
+
+if TYPE_CHECKING:
+    from lifecycle.drivers.kube.manifests import Manifest
+
+# The manifest libraries (jsonschema, cel-python, kubernetes-validate) are imported by the commands
+# that use them, not by every `racklife` command.
 
 app = typer.Typer(help="Kubernetes objects racklife renders (GPU Operator, Slinky).", no_args_is_help=True)
 
@@ -57,8 +51,8 @@ class Source(StrEnum):
     operator = "operator"
 
 
-_SOURCES: dict[Source, gpu_operator.Source] = {Source.host: "host", Source.operator: "operator"}
-_MIG: dict[Mig, gpu_operator.MigStrategy] = {Mig.none: "none", Mig.single: "single", Mig.mixed: "mixed"}
+_SOURCES: dict[Source, Literal["host", "operator"]] = {Source.host: "host", Source.operator: "operator"}
+_MIG: dict[Mig, Literal["none", "single", "mixed"]] = {Mig.none: "none", Mig.single: "single", Mig.mixed: "mixed"}
 
 
 def _report(errors: list[Any], as_json: bool, where: str) -> None:
@@ -85,6 +79,17 @@ def render_cmd(
     accounting: bool = typer.Option(True, "--accounting/--no-accounting", help="Slinky: slurmdbd."),
 ) -> None:
     """Print COMPONENT's objects for INVENTORY, checked against the shipped CRDs."""
+    from lifecycle.drivers.kube.manifests import (
+        GpuOperatorOptions,
+        Rendered,
+        RenderError,
+        SlinkyOptions,
+        dump,
+        render_gpu_operator,
+        render_slinky,
+        validate,
+    )
+
     as_json = output is Format.json
     inv = load_or_exit(inventory, as_json)
     try:
@@ -110,6 +115,8 @@ def render_cmd(
 
 
 def _documents(path: Path) -> list[Manifest]:
+    from lifecycle.drivers.kube.manifests import Manifest
+
     try:
         text = path.read_text(encoding="utf-8")
         docs = list(yaml.safe_load_all(text)) if path.suffix != ".json" else [json.loads(text)]
@@ -134,6 +141,8 @@ def validate_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Check manifest FILES against the shipped CRDs and built-in schemas; exit 1 if any object is refused."""
+    from lifecycle.drivers.kube.manifests import validate
+
     objects = [m for f in files for m in _documents(f)]
     checked = validate(objects)
     if checked.errors:

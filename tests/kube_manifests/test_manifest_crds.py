@@ -67,3 +67,22 @@ def test_a_rule_with_a_message_expression_and_field_path() -> None:
     assert cel.check_rules({"spec": {"replicas": 2}}, schema) == []
     assert cel.check_rules({"spec": {"replicas": 5}}, schema) == [
         ("spec.replicas", "Invalid value: at most 3, not 5")]
+
+
+def test_the_gpu_operator_chart_values_racklife_sets_exist_in_the_chart(shared_dir: Path) -> None:
+    import yaml
+
+    from lifecycle.drivers.kube.manifests.gpu_operator import CHART_VALUES
+
+    chart = yaml.safe_load((shared_dir / "kubernetes/gpu-operator-v26.7.0/helm/gpu-operator.values.yaml").read_text())
+
+    def walk(ours: dict[str, object], theirs: dict[str, object], path: str) -> None:
+        for key, value in ours.items():
+            assert key in theirs, f"{path}{key} is not a value of the gpu-operator chart"
+            if isinstance(value, dict):
+                walk(value, theirs[key], f"{path}{key}.")  # type: ignore[arg-type]
+            else:
+                assert type(value) is type(theirs[key]), f"{path}{key}"
+
+    walk(CHART_VALUES, chart, "")
+    assert chart["clusterPolicy"]["deployCR"] is True  # the chart's default, which racklife turns off
