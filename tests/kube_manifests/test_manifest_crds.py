@@ -7,9 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lifecycle.drivers.kube.manifests import cel
 from lifecycle.drivers.kube.manifests.crds import CRD_FILES, crd_text, load_crds
+from lifecycle.drivers.kube.manifests.gpu_operator import CHART_VALUES
 
 CRDS = Path(__file__).resolve().parents[2] / "lifecycle" / "drivers" / "kube" / "manifests" / "crds"
 SHARED = {"nvidia.com": "gpu-operator-v26.7.0/crds", "slinky.slurm.net": "slurm-operator-v1.2.1/crds"}
@@ -70,10 +72,6 @@ def test_a_rule_with_a_message_expression_and_field_path() -> None:
 
 
 def test_the_gpu_operator_chart_values_racklife_sets_exist_in_the_chart(shared_dir: Path) -> None:
-    import yaml
-
-    from lifecycle.drivers.kube.manifests.gpu_operator import CHART_VALUES
-
     chart = yaml.safe_load((shared_dir / "kubernetes/gpu-operator-v26.7.0/helm/gpu-operator.values.yaml").read_text())
 
     def walk(ours: dict[str, object], theirs: dict[str, object], path: str) -> None:
