@@ -36,7 +36,9 @@ _lock = threading.Lock()
 _secrets: set[str] = set()
 _forms: list[str] = []  # every registered secret in every spelling we mask, longest first
 
-_KEY = r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key|credentials?)"
+# Names of keys whose value is a secret. Not "credentials": racklife's own are references
+# (env:VARIABLE, file:/path), shown on purpose by `node show`.
+_KEY = r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key)"
 # (pattern, replacement): generic shapes, applied after the registered secrets.
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # HTTP authorization headers: "Authorization: Basic xyz", "X-Auth-Token: xyz", also as dict reprs
@@ -46,6 +48,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
                 r"[^\s'\",}]+"), rf"\1{MASK}"),
     # JSON or Python-repr key/value: "Password": "x", 'token': 'x'
     (re.compile(rf"(?i)(['\"][\w-]*{_KEY}[\w-]*['\"]\s*:\s*)(['\"])(?:\\.|(?!\2).)*\2"), rf"\1\2{MASK}\2"),
+    # the same inside a JSON string (a body quoted in a JSON document): \"Password\": \"x\"
+    (re.compile(rf'(?i)(\\"[\w-]*{_KEY}[\w-]*\\"\s*:\s*\\")(?:[^\\]|\\(?!"))*\\"'), rf'\1{MASK}\\"'),
     # key=value and key: value in free text, query strings and command lines
     (re.compile(rf"(?i)(\b[\w-]*{_KEY}[\w-]*\s*[=:]\s*)(?!{re.escape(MASK)})(['\"]?)[^\s&'\",;]+\2"),
      rf"\1\2{MASK}\2"),
@@ -54,7 +58,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-_SECRET_NAME = re.compile(rf"(?i)(?:^|[-_.]){_KEY}(?:$|[-_.])")
+_SECRET_NAME = re.compile(rf"(?i)(?:^|[-_.])(?:{_KEY}|credentials?)(?:$|[-_.])")
 
 
 def names_a_secret(name: str) -> bool:
