@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection, Engine
 
 from lifecycle.model import events
@@ -62,7 +63,13 @@ class NodeRecord:
     spec: dict[str, Any]
 
     def node(self) -> Node:
-        return Node.model_validate(self.spec)
+        """The stored inventory record; one stored before a stricter rule was added is refused clearly."""
+        try:
+            return Node.model_validate(self.spec)
+        except ValidationError as exc:
+            fields = ", ".join(sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()}))
+            raise StoreError(f"the stored record of {self.name} no longer passes the inventory's rules ({fields}): "
+                             "import a corrected inventory") from None
 
 
 @dataclass(frozen=True)

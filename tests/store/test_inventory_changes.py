@@ -7,6 +7,7 @@ kept silently and a new node could take a removed node's rack slot.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,3 +156,20 @@ def test_import_command_reports_renames_removals_and_refusals(tmp_path: Path) ->
     assert out["removed"] == [{"node": "r02-n08", "serial": "SN-H100-0208", "state": "enrolled"}]
     res = racklife(tmp_path, "inventory", "import", str(shorter), check=True)
     assert "r02-n08 (serial SN-H100-0208, enrolled): not in the file" in res.stdout
+
+
+def test_a_stored_record_that_a_new_rule_refuses_is_a_clear_error(store: Store, inv: Inventory) -> None:
+    """A store written before the label rule held 'a b' as a label key: a StoreError naming the field, not pydantic's."""
+    from lifecycle.store import StoreError
+
+    store.import_inventory(inv)
+    spec = json.loads(json.dumps(store.get("r01-n01").spec))
+    spec["labels"] = {"a b": "c"}
+    with store.engine.begin() as conn:
+        text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        conn.execute(sa.update(dbm.nodes).where(dbm.nodes.c.name == "r01-n01")
+                     .values(spec=text, spec_sha256=hashlib.sha256(text.encode()).hexdigest()))
+    with pytest.raises(StoreError, match=r"stored record of r01-n01 no longer passes .*labels"):
+        store.get("r01-n01").node()
+    assert store.import_inventory(inv).updated == ["r01-n01"]  # a corrected import mends it
+    assert store.get("r01-n01").node().labels == {}
