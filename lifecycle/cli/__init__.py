@@ -26,6 +26,7 @@ from lifecycle.cli import plan as _plan
 from lifecycle.cli import provision as _provision
 from lifecycle.cli import refresh as _refresh
 from lifecycle.cli import slurm as _slurm
+from lifecycle.cli import status as _status
 from lifecycle.cli import workflows as _workflows
 from lifecycle.cli._common import BAD_INPUT, fail, unavailable
 from lifecycle.cli._extras import STAND_IN_SETTINGS, load
@@ -83,6 +84,7 @@ app.add_typer(_burnin.app, name="burnin")
 app.add_typer(_bmc.app, name="bmc")
 app.add_typer(_kube.app, name="kube")
 app.add_typer(_metrics.app, name="metrics")
+app.command("status")(_status.status_cmd)
 # The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
 _lab = load("lab", "lab")
 if isinstance(_lab, ModuleType):

@@ -104,6 +104,12 @@ def test_promql_returns_what_the_store_has(stack: tuple[str, str], repo_dir: Pat
     got = {(r["metric"]["pool"], r["metric"]["status"]): float(r["value"][1])
            for r in query(base, "sum by (pool, status) (racklife_pool_gpus)")}
     assert {k: v for k, v in got.items() if v} == expected
+    shown = subprocess.run([*RACKLIFE, "status", "--json"], env=os.environ | {"RACKLIFE_DB": url},
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    reported = {(p["name"], status): float(gpus) for p in json.loads(shown.stdout)["pools"]
+                for status, gpus in p["capacity"].items()}
+    assert reported == got  # racklife status --json and PromQL on the scrape agree, zeros included
     assert got[("training", Capacity.IN_SERVICE.value)] == 8 and got[("training", Capacity.LENT.value)] == 8
 
     lent = query(base, 'racklife_nodes{pool="training",state="lent"}')
