@@ -87,7 +87,7 @@ def ansible_playbook() -> str:
     beside = Path(sys.executable).parent / "ansible-playbook"
     exe = str(beside) if beside.exists() else shutil.which("ansible-playbook")
     if exe is None:
-        raise BuildError("ansible-playbook is not installed (pip install ansible-core)")
+        raise BuildError("ansible-playbook is not installed: pip install 'racklife[images]' (ansible-core)")
     return exe
 
 
