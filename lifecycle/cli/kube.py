@@ -153,3 +153,47 @@ def validate_cmd(
     else:
         out_console.print(f"{len(objects)} object(s) valid: {', '.join(m.ref for m in objects)}",
                           markup=False, soft_wrap=True)
+
+
+KubeconfigOpt = typer.Option(None, "--kubeconfig", envvar=["RACKLIFE_KUBECONFIG", "KUBECONFIG"],
+                             help="The cluster's kubeconfig (default: $RACKLIFE_KUBECONFIG, then $KUBECONFIG).")
+
+
+def kube_settings(kubeconfig: Path | None, ready_timeout: float, as_json: bool) -> Any:
+    """The typed settings of the Kubernetes workflows, or one line (exit 2) when no cluster is named."""
+    from lifecycle.workflows.kube_pool import KubeSettings
+
+    if kubeconfig is None:
+        fail("no kubeconfig: give --kubeconfig or set RACKLIFE_KUBECONFIG or KUBECONFIG", BAD_INPUT)
+    if not kubeconfig.is_file():
+        fail(f"{kubeconfig}: no such kubeconfig file", BAD_INPUT)
+    return KubeSettings(kubeconfig=str(kubeconfig.resolve()), ready_timeout_s=ready_timeout)
+
+
+@app.command("join")
+def join_cmd(
+    nodes: list[str] = typer.Argument(..., help="Node names (accepted, of a Kubernetes pool)."),
+    kubeconfig: Path | None = KubeconfigOpt,
+    ready_timeout: float = typer.Option(300.0, "--ready-timeout", min=1,
+                                        help="Seconds the kubelet may take to report Ready with every GPU."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Take accepted nodes into service in their Kubernetes pool: labels, taints, Ready with every GPU."""
+    from lifecycle.cli.slurm import print_outcomes
+    from lifecycle.store import NodeNotFound, Store
+    from lifecycle.workflows import kube_pool
+    from lifecycle.workflows.controller import Controller
+
+    settings = kube_settings(kubeconfig, ready_timeout, as_json)
+    store = Store()
+    try:
+        for n in nodes:
+            store.get(n)
+    except NodeNotFound as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    with Controller("kube", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        handles = [ctl.start(kube_pool.join_kube_node, n, settings, nodes=[n]) for n in dict.fromkeys(nodes)]
+        outcomes = [h.get_result() for h in handles]
+    print_outcomes(outcomes, as_json)

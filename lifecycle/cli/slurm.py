@@ -150,7 +150,7 @@ def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[
         return [h.get_result() for h in handles]
 
 
-def _print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
+def print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
     if as_json:
         emit_json(outcomes)
     else:
@@ -168,7 +168,7 @@ def _print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
 @app.command()
 def join(nodes: list[str] = typer.Argument(..., help="Node names."), as_json: bool = JsonOpt) -> None:
     """Put accepted nodes in their pool's partition and resume them (only drains racklife set)."""
-    _print_outcomes(_run_pool_workflow("join", nodes), as_json)
+    print_outcomes(_run_pool_workflow("join", nodes), as_json)
 
 
 @app.command()
@@ -182,7 +182,7 @@ def leave(
     """Drain nodes out of Slurm: wait for jobs, then requeue or cancel per policy; report every job."""
     if policy is not None and policy not in ("wait", "requeue", "cancel"):
         fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
-    _print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)
+    print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)
 
 
 @app.command("suspend-program")

@@ -41,7 +41,7 @@ from lifecycle.drivers.kube.types import (
     check_run_id,
     maintenance_taint,
 )
-from lifecycle.model.inventory import Inventory
+from lifecycle.model.inventory import Inventory, Pool
 
 CONFLICT_ATTEMPTS = 5
 
@@ -308,9 +308,12 @@ class KubeDriver(ABC):
             node = inventory.node(name)
         except KeyError:
             raise OperationFailed(name, "not in the inventory: racklife sets pools only on nodes it knows") from None
-        pool = inventory.pool(node.pool)
+        return self.set_pool_of(name, node.pool, inventory.pool(node.pool))
+
+    def set_pool_of(self, name: str, pool_name: str, pool: Pool) -> PoolChange:
+        """Give the node the labels and taints ``pool`` declares, checked as kube-apiserver would first."""
         if pool.scheduler != "kubernetes":
-            raise OperationFailed(name, f"pool {node.pool!r} is scheduled by {pool.scheduler}, not Kubernetes")
+            raise OperationFailed(name, f"pool {pool_name!r} is scheduled by {pool.scheduler}, not Kubernetes")
         problems = [f"label {k}={v}: {e}" for k, v in pool.labels.items() for e in names.label_errors(k, v)]
         taints: list[Taint] = []
         for text in pool.taints:
@@ -322,8 +325,8 @@ class KubeDriver(ABC):
             problems += [f"taint {text}: {e}" for e in names.taint_errors(taint.key, taint.value)]
             taints.append(taint)
         if problems:
-            raise OperationFailed(name, f"pool {node.pool!r} of the inventory: " + "; ".join(problems))
-        return self.set_pool(name, node.pool, pool.labels, taints)
+            raise OperationFailed(name, f"pool {pool_name!r} of the inventory: " + "; ".join(problems))
+        return self.set_pool(name, pool_name, pool.labels, taints)
 
     def _wait(self, deadline: float, delay: float) -> bool:
         """Sleep ``delay`` but not past the deadline; False when the deadline has come."""
