@@ -10,6 +10,7 @@ implemented yet), 2 bad input.
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 from pathlib import Path
 
@@ -58,6 +59,7 @@ def apply_cmd(
     from lifecycle.workflows.accept import AcceptSettings
     from lifecycle.workflows.boot_run import BootSettings
     from lifecycle.workflows.controller import Controller
+    from lifecycle.workflows.kube_pool import KubeSettings
 
     if level not in ("quick", "standard", "full"):
         fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
@@ -69,6 +71,8 @@ def apply_cmd(
     names = [n for n in nodes.split(",") if n] if nodes is not None else None
     who = operator or getpass.getuser()
     sources = observe.default_sources(firmware=False)
+    kubeconfig = os.environ.get("RACKLIFE_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    kube = KubeSettings(str(Path(kubeconfig).resolve())) if kubeconfig else None
     store = Store()
     try:
         try:
@@ -93,7 +97,7 @@ def apply_cmd(
 
         with Controller("apply", say=lambda m: err_console.print(m, markup=False)) as ctl:
             boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout, image)
-            runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight,
+            runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight, kube=kube,
                                     say=lambda m: err_console.print(m, markup=False))
             report = apply(store, inv, names, sources, runner,
                            ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))

@@ -27,7 +27,7 @@ from lifecycle.store import Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
 ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.LEAVE, Action.ACCEPT,
-                             Action.JOIN)
+                             Action.JOIN, Action.JOIN_KUBE)
 TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE})
 MAX_WAVES = 12
 

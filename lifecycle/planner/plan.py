@@ -39,7 +39,6 @@ class Action(StrEnum):
 
 # The actions racklife has no workflow for yet, and the name the plan shows them with.
 NOT_YET: dict[Action, str] = {
-    Action.JOIN_KUBE: "join a Kubernetes pool (accepted inference nodes stay accepted)",
     Action.REIMAGE: "reimage (reprovision a drained node)",
     Action.SET_LABELS: "set a Kubernetes pool's labels",
     Action.MOVE_POOL: "role swap",

@@ -1,7 +1,7 @@
 """The apply runner: each planned action as durable workflow runs, through the one Controller.
 
-A table maps each action the runner can carry out to how: ``join``,
-``leave`` and ``power-on`` are one run per node, started together (bounded by
+A table maps each action the runner can carry out to how: ``join`` (Slurm),
+``join-kubernetes``, ``leave`` and ``power-on`` are one run per node, started together (bounded by
 ``max_in_flight``) and awaited; ``accept`` is one run for the wave's nodes, so
 its multi-node checks can pair them; ``provision`` is one provisioning run
 (bounded by its queue) with the embedded boot server up for its duration.
@@ -17,7 +17,7 @@ from typing import Any
 from lifecycle.planner.apply import Done
 from lifecycle.planner.plan import Action
 from lifecycle.store import Store
-from lifecycle.workflows import accept, power, slurm_pool
+from lifecycle.workflows import accept, kube_pool, power, slurm_pool
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
 from lifecycle.workflows.controller import Controller
 
@@ -30,9 +30,12 @@ class WorkflowRunner:
     boot: BootSettings | None  # None: apply does not provision (no images given)
     max_in_flight: int = 8
     power: power.PowerOnSettings = field(default_factory=power.PowerOnSettings)
+    kube: kube_pool.KubeSettings | None = None  # None: no kubeconfig, so no Kubernetes join
     say: Callable[[str], None] = lambda _m: None
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
+        if action is Action.JOIN_KUBE and self.kube is None:
+            return [Done(n, action, False, "", "no kubeconfig: set RACKLIFE_KUBECONFIG or KUBECONFIG") for n in nodes]
         how = _PER_NODE.get(action)
         if how is not None:
             return self._per_node(action, nodes, reasons, how)
@@ -80,6 +83,10 @@ def _join(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], t
     return slurm_pool.join_node, (node,)
 
 
+def _join_kube(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return kube_pool.join_kube_node, (node, r.kube)
+
+
 def _leave(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return slurm_pool.leave_node, (node, None, None, f"racklife apply: {why}"[:200])
 
@@ -90,6 +97,7 @@ def _power_on(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any
 
 _PER_NODE: dict[Action, Callable[[WorkflowRunner, str, str], tuple[Callable[..., Any], tuple[Any, ...]]]] = {
     Action.JOIN: _join,
+    Action.JOIN_KUBE: _join_kube,
     Action.LEAVE: _leave,
     Action.POWER_ON: _power_on,
 }

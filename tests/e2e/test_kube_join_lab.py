@@ -28,10 +28,8 @@ pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
 def built(minimal_image: Path) -> Iterator[RunningLab]:
     lab = RunningLab(4)
     try:
-        home = Path(lab.env["RACKLIFE_HOME"])
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "images").symlink_to(minimal_image)
-        res = lab.racklife("build", str(lab.inventory), "--boot-timeout", "60", timeout=1500)
+        res = lab.racklife("build", str(lab.inventory), "--images", str(minimal_image), "--boot-timeout", "60",
+                           timeout=1500)
         assert res.returncode == 0, res.stdout + res.stderr
         yield lab
     finally:

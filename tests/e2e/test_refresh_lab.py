@@ -1,8 +1,7 @@
 """`racklife refresh`, `plan` and `apply` on a built 4-node lab.
 
-Converged: no drift, and the plan's only step is the one no workflow exists
-for yet (joining node-04 to its Kubernetes pool), shown as such; apply, twice,
-does nothing. Out-of-band changes are each reported with the source that
+Converged: no drift and no steps (node-04 joined its Kubernetes pool during
+the build); apply, twice, does nothing. Out-of-band changes are each reported with the source that
 shows them and nothing is acted on; the plan proposes the fix for the
 powered-off node, names the foreign drain as a blocker and plans nothing
 through it; apply powers the node on (Slurm has it back) and leaves the
@@ -43,14 +42,12 @@ TRAINING = ["node-01", "node-02", "node-03"]
 def built(minimal_image: Path) -> Iterator[RunningLab]:
     lab = RunningLab(4)
     try:
-        # `build` is an import, then apply: provision, accept (one run), join. It exits 1 because
-        # node-04's Kubernetes join has no workflow yet, and says so.
+        # `build` is an import, then apply: provision, accept (one run), join (Slurm and Kubernetes).
         build = lab.racklife("build", str(lab.inventory), "--images", str(minimal_image), "--boot-timeout", "60",
                              timeout=1200)
-        assert build.returncode == 1, build.stdout + build.stderr
-        assert "node-04: still to do: join-kubernetes" in build.stdout, build.stdout
+        assert build.returncode == 0, build.stdout + build.stderr
         assert _states(lab) == {"node-01": "in_service", "node-02": "in_service", "node-03": "in_service",
-                                "node-04": "accepted"}
+                                "node-04": "in_service"}
         yield lab
     finally:
         lab.down()
@@ -101,16 +98,13 @@ def test_a_built_lab_has_no_drift(built: RunningLab) -> None:
     assert seen["node-04"]["bmc"]["firmware"], "firmware versions read from the BMC"
 
     code, plan = _plan(built)
-    assert code == 1  # a step remains: one that is not implemented, never dropped
-    assert {n: _steps(p) for n, p in plan.items() if p["steps"] or p["blockers"]} == {
-        "node-04": [("join-kubernetes", False)]}, plan
-    assert "not yet implemented: join a Kubernetes pool" in plan["node-04"]["steps"][0]["describe"]
+    assert code == 0 and {n: _steps(p) for n, p in plan.items() if p["steps"] or p["blockers"]} == {}, plan
 
     before = _states(built)
     history = {n: len(json.loads(built.racklife("node", "history", n, "--json").stdout)) for n in before}
     for _ in range(2):
         code, applied = _apply(built)
-        assert code == 1 and applied["done"] == [] and not applied["converged"], applied  # node-04 remains
+        assert code == 0 and applied["done"] == [] and applied["converged"], applied
         assert _states(built) == before
     assert {n: len(json.loads(built.racklife("node", "history", n, "--json").stdout)) for n in before} \
         == history  # nothing recorded either
