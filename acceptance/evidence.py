@@ -49,7 +49,7 @@ from acceptance.judge import GroupJudgement, NodeInput, NodeJudgement, RackJudge
 MANIFEST = "manifest.json"
 SCHEMA = "racklife.evidence.manifest"
 SCHEMA_VERSION = 1
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class EvidenceError(ValueError):

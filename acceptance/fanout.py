@@ -35,10 +35,10 @@ from burnin.result import ResultFormatError, RunResult, load_result
 from lifecycle.model import vocab
 
 Status = Literal["ok", "unreachable", "timeout", "failed"]
-_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}$")
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}\Z")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+_RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 SSH_UNREACHABLE = 255  # ssh's own exit status for connection and authentication failures
 
 

@@ -38,7 +38,7 @@ from lifecycle.model import vocab
 
 _JOBID = re.compile(r"^srun: jobid (\d+): nodes\(", re.MULTILINE)
 _JOB_ALLOC = re.compile(r"^srun: job (\d+) (?:queued|has been allocated)", re.MULTILINE)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 NCCL_ARGS = ("-b", "1G", "-e", "8G", "-f", "2", "-g", "8")
 """1 GiB to 8 GiB, doubling, 8 GPUs per task: the sizes the profiles' busbw floors are judged at."""
 

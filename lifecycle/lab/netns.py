@@ -48,7 +48,7 @@ HUB = "hub"
 BRIDGE = "br0"
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
-_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,11}-$")
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,11}-\Z")
 T = TypeVar("T")
 
 

@@ -25,8 +25,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 _EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_TAINT = re.compile(r"^(?P<key>[A-Za-z0-9./_-]+)(=(?P<value>[A-Za-z0-9._-]*))?:(?P<effect>[A-Za-z]+)$")
-_RUN = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+_TAINT = re.compile(r"^(?P<key>[A-Za-z0-9./_-]+)(=(?P<value>[A-Za-z0-9._-]*))?:(?P<effect>[A-Za-z]+)\Z")
+_RUN = re.compile(r"^[A-Za-z0-9._-]{1,63}\Z")
 
 
 def check_run_id(run_id: str) -> str:

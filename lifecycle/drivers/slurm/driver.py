@@ -29,9 +29,9 @@ from lifecycle.drivers.slurm.runner import RestClient, Runner
 from lifecycle.drivers.slurm.types import DrainOwner, Reservation, SlurmJob, SlurmNode
 from lifecycle.model import vocab
 
-_RESERVATION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_JOB = re.compile(r"^\d+(_\d+)?$")
-_RUN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_RESERVATION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_JOB = re.compile(r"^\d+(_\d+)?\Z")
+_RUN = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 
 
 class NotOurs(OperationFailed):

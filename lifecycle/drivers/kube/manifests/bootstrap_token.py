@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from lifecycle.drivers.kube.manifests.objects import Manifest
 
 _ALPHABET = string.ascii_lowercase + string.digits
-_TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+_TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})\Z")
 NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 """The group kubeadm's RBAC lets post CSRs and read the cluster-info ConfigMap."""
 
