@@ -25,6 +25,7 @@ from lifecycle.cli import nodes as _nodes
 from lifecycle.cli import plan as _plan
 from lifecycle.cli import provision as _provision
 from lifecycle.cli import refresh as _refresh
+from lifecycle.cli import report as _report
 from lifecycle.cli import slurm as _slurm
 from lifecycle.cli import status as _status
 from lifecycle.cli import workflows as _workflows
@@ -85,6 +86,7 @@ app.add_typer(_bmc.app, name="bmc")
 app.add_typer(_kube.app, name="kube")
 app.add_typer(_metrics.app, name="metrics")
 app.command("status")(_status.status_cmd)
+app.add_typer(_report.app, name="report")
 # The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
 _lab = load("lab", "lab")
 if isinstance(_lab, ModuleType):
