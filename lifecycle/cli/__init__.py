@@ -1,4 +1,4 @@
-"""The `racklife` command. Each command group lives in its own module and is registered here."""
+"""The `racklife` command. Each command group lives in its own module, listed in `_lazy.COMMANDS`."""
 
 from __future__ import annotations
 
@@ -6,35 +6,13 @@ import atexit
 import gc
 import os
 import sys
-from types import ModuleType
 
-import sqlalchemy as sa
 import typer
 
-from lifecycle.cli import accept as _accept
-from lifecycle.cli import apply as _apply
-from lifecycle.cli import bmc as _bmc
-from lifecycle.cli import build as _build
-from lifecycle.cli import burnin as _burnin
-from lifecycle.cli import evidence as _evidence
-from lifecycle.cli import image as _image
-from lifecycle.cli import inventory as _inventory
-from lifecycle.cli import kube as _kube
-from lifecycle.cli import metrics as _metrics
-from lifecycle.cli import nodes as _nodes
-from lifecycle.cli import plan as _plan
-from lifecycle.cli import provision as _provision
-from lifecycle.cli import refresh as _refresh
-from lifecycle.cli import report as _report
-from lifecycle.cli import slurm as _slurm
-from lifecycle.cli import status as _status
-from lifecycle.cli import workflows as _workflows
 from lifecycle.cli._common import BAD_INPUT, fail, unavailable
-from lifecycle.cli._extras import STAND_IN_SETTINGS, load
+from lifecycle.cli._lazy import LazyGroup
 from lifecycle.model import events
 from lifecycle.model.redact import install_logging_filter
-from lifecycle.store import StoreUnavailable
-from lifecycle.store.connect import unavailable as store_unavailable
 from lifecycle.workflows.retry import RetryPolicy
 
 app = typer.Typer(
@@ -43,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=LazyGroup,  # commands are imported when used, not to print help (lifecycle/cli/_lazy.py)
 )
 
 
@@ -66,35 +45,6 @@ def _root(
     events.configure(event_log)  # JSON lines of every transition and step (docs/observability.md)
 
 
-app.add_typer(_inventory.app, name="inventory")
-app.add_typer(_nodes.nodes_app, name="nodes")
-app.add_typer(_nodes.node_app, name="node")
-app.add_typer(_workflows.app, name="workflows")
-app.add_typer(_image.app, name="image")
-app.command("provision")(_provision.provision_cmd)
-app.command("accept")(_accept.accept_cmd)
-app.command("build")(_build.build_cmd)
-app.command("refresh")(_refresh.refresh_cmd)
-app.command("plan")(_plan.plan_cmd)
-app.command("apply")(_apply.apply_cmd)
-app.add_typer(_provision.boot_app, name="boot")
-# Command groups of other components register below, one line each.
-app.add_typer(_slurm.app, name="slurm")
-app.add_typer(_evidence.app, name="evidence")
-app.add_typer(_burnin.app, name="burnin")
-app.add_typer(_bmc.app, name="bmc")
-app.add_typer(_kube.app, name="kube")
-app.add_typer(_metrics.app, name="metrics")
-app.command("status")(_status.status_cmd)
-app.add_typer(_report.app, name="report")
-# The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
-_lab = load("lab", "lab")
-if isinstance(_lab, ModuleType):
-    app.add_typer(_lab.app, name="lab")
-    _lab.app.command("tour")(load("tour", "lab tour").tour_cmd)  # type: ignore[union-attr]
-else:
-    app.command("lab", context_settings=STAND_IN_SETTINGS)(_lab)
-
 
 def main() -> None:
     # The interpreter's last collections walk every object of sqlalchemy, pydantic, DBOS and
@@ -105,8 +55,24 @@ def main() -> None:
     as_json = "--json" in sys.argv[1:]
     try:
         app()
-    except StoreUnavailable as exc:
-        unavailable(str(exc), as_json)
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+    except Exception as exc:
+        message = _store_unavailable(exc)
+        if message is None:
+            raise
+        unavailable(message, as_json)
+
+
+def _store_unavailable(exc: Exception) -> str | None:
+    """The one line for a store that cannot serve, or None for any other error.
+
+    The store (and SQLAlchemy) is imported only by commands that use it; an
+    error can come from it only if it was imported, so nothing is imported here.
+    """
+    errors, sa = sys.modules.get("lifecycle.store.errors"), sys.modules.get("sqlalchemy")
+    if errors is not None and isinstance(exc, errors.StoreUnavailable):
+        return str(exc)
+    if sa is not None and isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
         # A database error past the store's own translation (DBOS's queries, say): still one line.
-        unavailable(str(store_unavailable(exc, os.environ.get("RACKLIFE_DB") or "(default store)")), as_json)
+        from lifecycle.store.connect import unavailable as store_unavailable
+        return str(store_unavailable(exc, os.environ.get("RACKLIFE_DB") or "(default store)"))
+    return None
