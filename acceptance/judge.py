@@ -257,11 +257,16 @@ def binding_findings(result: RunResult, want: Request) -> list[NodeFinding]:
     elif want.serial is not None and result.serial == want.serial:
         out.append(NodeFinding("result.serial", "pass", "record", "serial", result.serial, want.serial,
                                f"system serial {result.serial} is the inventory's"))
+    elif want.serial is not None:
+        # fail closed: the inventory knows this node's serial, so a result that cannot show it is
+        # unbound data (a result from a machine that could be any machine), not a pass
+        out.append(NodeFinding("result.serial", "error", "record", "serial", None, want.serial,
+                               f"result.json has no system serial (the node could not read it from DMI: "
+                               f"dmidecode or /sys/class/dmi/id/product_serial, as root); the inventory's "
+                               f"{want.node} is {want.serial!r}, so the result cannot be shown to come from it"))
     else:
         out.append(NodeFinding("result.serial", "pass", "record", "serial", result.serial, want.serial,
-                               "system serial not compared: "
-                               + ("the node could not read its own" if result.serial is None
-                                  else "the inventory has none")))
+                               "system serial not compared: the inventory has none for this node"))
     return out
 
 
@@ -341,9 +346,10 @@ def judge_group(run: GroupRun, profile: Profile) -> GroupJudgement:
         return GroupJudgement(run, "error", f)
     found = burnin_judge.judge_nccl(run.report, profile, "multi_node")
     verdict = worst([x.verdict for x in found])
-    first = found[0]
+    first = next(x for x in found if x.verdict == verdict)  # the finding that decides, named first
     who = "+".join(run.nodes)
-    reason = first.reason or f"peak busbw {first.measured} GB/s >= {first.threshold} GB/s"
+    reason = "; ".join(x.reason for x in found if x.verdict != "pass") if verdict != "pass" else (
+        first.reason or f"peak busbw {first.measured} GB/s >= {first.threshold} GB/s")
     return GroupJudgement(run, verdict, NodeFinding(name, verdict, "multi_node", first.name, first.measured,
                                                     first.threshold, f"{who}: {reason}"))
 

@@ -95,6 +95,10 @@ def _run_and_parse(
         return check, None
 
 
+# The checks whose tool's exit status is judged (``_nonzero_exit``), here and when re-judged.
+NONZERO_EXIT_KINDS = ("ib", "dcgm", "nccl")
+
+
 def _nonzero_exit(check: CheckResult, run_exit: int | None, tool: str) -> CheckResult:
     """A tool that exits non-zero while its output reads as healthy is not trusted."""
     if run_exit not in (0, None) and check.verdict == "pass":

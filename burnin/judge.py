@@ -16,11 +16,12 @@ from typing import Any
 from burnin.gpu_stress import StressReport
 from burnin.nvml import GpuHealth, GpuInventory, NvmlXid
 from burnin.parsers.dcgm import DcgmReport
+from burnin.parsers.dcgm_report import skipped_at
 from burnin.parsers.infiniband import IbReport
 from burnin.parsers.nccl import NcclReport
 from burnin.parsers.xid import XidReport, event_for
 from burnin.profiles import Profile
-from burnin.result import Finding, Verdict
+from burnin.result import Finding, Verdict, worst
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -211,6 +212,8 @@ def judge_dcgm(report: DcgmReport, profile: Profile, level: str | None = None) -
     out: list[Finding] = []
     if level is not None:
         out.append(_dcgm_level(report, lim.levels[level]))
+    out.append(_dcgm_skipped(report, None if level is None else lim.levels[level]))
+    out.append(_dcgm_gpus(report, profile))
     if bad:
         gpus = f" (GPUs {report.failed_gpus})" if report.failed_gpus else ""
         reasons = "; ".join(f"{t.name}: {t.result}{' - ' + t.details[:200] if t.details else ''}" for t in bad)
@@ -227,6 +230,44 @@ def judge_dcgm(report: DcgmReport, profile: Profile, level: str | None = None) -
         out.append(Finding(f"dcgm.required.{names[0].replace(' ', '_')}", verdict, result, "pass",
                            "" if verdict == "pass" else f"required test {required!r} is {result or 'absent'}"))
     return out
+
+
+def _dcgm_skipped(report: DcgmReport, want: int | None) -> Finding:
+    """A test the required level runs that DCGM skipped was not run: an ``error``, never a pass.
+
+    Not a ``fail``: a skip proves nothing about the hardware (DCGM skips a plugin for a GPU it
+    does not support, a missing prerequisite, another process on the GPU), so the operator's
+    action is to find out why and re-run, not to send the node to repair; but the node is not
+    accepted either. Judged against the level the profile requires (a skip in a test only a
+    higher level runs does not weaken it); without a level, against the level that ran."""
+    if want is None or report.level is None:
+        skipped, at = list(report.skipped_required), report.level
+    else:
+        at = min(want, report.level)
+        skipped = skipped_at(report.tests, at)
+    if skipped:
+        return Finding("dcgm.skipped", "error", skipped, [],
+                       f"DCGM skipped {len(skipped)} test(s) that r{at} runs: {', '.join(skipped)}; "
+                       "a skipped test was not run (check why DCGM skipped it, then re-run)")
+    return Finding("dcgm.skipped", "pass", [], [], f"no test r{at} runs was skipped" if at else "")
+
+
+def _dcgm_gpus(report: DcgmReport, profile: Profile) -> Finding:
+    """DCGM must have tested every GPU of the SKU where its output names the GPUs it tested.
+
+    A diagnostic run on a subset of the GPUs (``-i 0``, a GPU DCGM could not see) passes for
+    the GPUs it saw only. Outputs that give one result per test without GPU ids (DCGM 3.x text
+    tables) cannot show it; that is stated, and the GPU check counts the GPUs instead."""
+    seen = sorted({g for t in report.tests for g in t.gpus if g.isdigit()}, key=int)
+    want = profile.gpu.count
+    if not seen:
+        return Finding("dcgm.gpus", "pass", None, want,
+                       "the output names no GPU ids per test; GPU coverage is counted by the gpu check")
+    if len(seen) < want:
+        return Finding("dcgm.gpus", "error", seen, want,
+                       f"DCGM reported results for {len(seen)} GPU(s) ({', '.join(seen)}); the SKU has {want}: "
+                       "the others were not diagnosed")
+    return Finding("dcgm.gpus", "pass", seen, want, f"results for {len(seen)} GPUs")
 
 
 def _dcgm_level(report: DcgmReport, want: int) -> Finding:
@@ -252,6 +293,52 @@ def nccl_scope(report: NcclReport, profile: Profile) -> str:
     return "single_node"
 
 
+def _nccl_correctness(report: NcclReport, profile: Profile, scope: str) -> Finding | None:
+    """What makes a finished run prove a fault, or prove nothing, whatever its bandwidth.
+
+    Each rule reads one fact the parser exposes; every rule that holds is reported, the
+    worst decides (a bandwidth shortfall is judged beside it, not hidden by it). A run whose
+    results were not checked (``-c 0``: every out-of-place ``#wrong`` is ``N/A``) proves
+    nothing about correctness, so ``wrong_results == 0`` must not read as "correct"; every
+    level of every profile judges correctness (the collectives other than all_reduce are
+    judged on nothing else), so this holds at quick, standard and full alike."""
+    unchecked = [r.size_bytes for r in report.rows if r.wrong_oop is None]
+    want_ranks = profile.gpu.count
+    rules: tuple[tuple[bool, Verdict, str, Any], ...] = (
+        (report.out_of_bounds is not None and report.out_of_bounds > 0, "fail",
+         f"{report.out_of_bounds} out-of-bounds values: the collective wrote outside its buffers "
+         "(memory corruption on the collective path)", report.out_of_bounds),
+        (report.wrong_results > 0, "fail",
+         f"{report.wrong_results} wrong results: data corruption on the collective path", report.wrong_results),
+        (not report.validated or len(unchecked) == len(report.rows), "error",
+         "results were not checked (every out-of-place #wrong is N/A: nccl-tests ran with -c 0); "
+         "0 wrong results proves nothing", None),
+        (report.validated and 0 < len(unchecked) < len(report.rows), "error",
+         f"results not checked at {len(unchecked)} message size(s) (#wrong N/A, e.g. {unchecked[0] if unchecked else 0}"
+         " bytes): a partly validated run is not a validated one", unchecked),
+        (report.out_of_bounds is None, "error",
+         "no '# Out of bounds values' line: whether the run wrote outside its buffers is unknown", None),
+        (report.ranks is None, "error",
+         "no '# Rank N ... on HOST' lines: which GPUs took part is unknown", None),
+        (scope == "single_node" and report.ranks is not None and report.ranks != want_ranks, "error",
+         f"{report.ranks} rank(s) took part; a single-node run of this SKU has {want_ranks} (one per GPU)",
+         report.ranks),
+        (scope == "multi_node" and len(report.hosts) < 2, "error",
+         f"judged as multi-node, but every rank ran on {', '.join(report.hosts) or 'an unnamed host'}: "
+         "a single-node run is not a multi-node one", report.hosts),
+        (scope == "multi_node" and report.ranks is not None and report.ranks != want_ranks * len(report.hosts),
+         "error", f"{report.ranks} rank(s) on {len(report.hosts)} hosts; each host of this SKU runs "
+         f"{want_ranks} (one per GPU)", report.ranks),
+    )
+    hits = [(verdict, why, measured) for hit, verdict, why, measured in rules if hit]
+    if not hits:
+        return None
+    verdict = worst([v for v, _, _ in hits])
+    return Finding(f"nccl.{report.collective}", verdict, {"measured": [m for _, _, m in hits]},
+                   {"out_of_bounds": 0, "wrong": 0, "validated": True, "ranks_per_host": profile.gpu.count},
+                   "; ".join(why for _, why, _ in hits))
+
+
 def judge_nccl(report: NcclReport, profile: Profile, scope: str | None = None) -> list[Finding]:
     lim = profile.nccl
     scope = scope or nccl_scope(report, profile)
@@ -261,23 +348,23 @@ def judge_nccl(report: NcclReport, profile: Profile, scope: str | None = None) -
     if not report.complete:
         return [Finding(name, "error", report.peak_busbw, None,
                         "no 'Avg bus bandwidth' line: the run did not finish (truncated output)")]
-    if report.wrong_results:
-        return [Finding(name, "fail", report.wrong_results, 0,
-                        f"{report.wrong_results} wrong results: data corruption on the collective path")]
+    bad = _nccl_correctness(report, profile, scope)
+    out = [bad] if bad is not None else []
     if report.collective != "all_reduce":
-        return [Finding(name, "pass", report.peak_busbw, None,
-                        f"no published busbw floor for {report.collective}; judged on correctness")]
+        return out or [Finding(name, "pass", report.peak_busbw, None,
+                        f"no published busbw floor for {report.collective}; judged on correctness "
+                        f"(validated, 0 wrong, 0 out of bounds, {report.ranks} ranks)")]
     big = [r for r in report.rows if r.size_bytes >= lim.single_node_min_size_bytes]
     if scope == "multi_node":
         threshold = lim.multi_node_per_nic_busbw_min_gbps * lim.nics_per_node
     else:
         threshold = lim.single_node_busbw_min_gbps
     if not big:
-        return [Finding(f"{name}.{scope}", "error", None, threshold,
-                        f"no message size >= {lim.single_node_min_size_bytes} bytes was tested")]
+        return [*out, Finding(f"{name}.{scope}", "error", None, threshold,
+                              f"no message size >= {lim.single_node_min_size_bytes} bytes was tested")]
     best = max(max(r.busbw_oop, r.busbw_ip) for r in big)
     ok = best >= threshold
-    return [Finding(f"{name}.{scope}", "pass" if ok else "fail", round(best, 2), threshold,
+    return [*out, Finding(f"{name}.{scope}", "pass" if ok else "fail", round(best, 2), threshold,
                     "" if ok else f"peak busbw {best:.2f} GB/s at >= 1 GiB is below {threshold:.2f} GB/s "
                     f"({scope.replace('_', '-')}, {report.ranks or '?'} ranks)")]
 
@@ -293,6 +380,10 @@ def judge_ib(report: IbReport, profile: Profile) -> list[Finding]:
     full = [(ca, p) for ca, p in ports if p.state == "Active" and p.rate_gbps is not None
             and p.rate_gbps >= lim.rate_gbps and p.link_layer in lim.link_layers]
     threshold = {"ports_min": lim.ports_min, "rate_gbps": lim.rate_gbps}
+    short = [f"{ca.name} announces {ca.ports_announced} port(s), lists {len(ca.ports)}" for ca in report.cas
+             if ca.ports_announced is not None and ca.ports_announced != len(ca.ports)]
+    if short:  # the parser refuses such output; a stored document that says so is re-judged the same
+        return [Finding("ib.ports", "error", measured, threshold, "port list incomplete: " + "; ".join(short))]
     if down:
         # an unknown physical state (ibv_devinfo without -v) is not "up": the link was not seen,
         # which is an error (not measured) unless some port is measurably down
@@ -310,11 +401,28 @@ def judge_ib(report: IbReport, profile: Profile) -> list[Finding]:
     return [Finding("ib.ports", "pass", measured, threshold, "")]
 
 
+def _stressed_gpus(report: StressReport, profile: Profile) -> Finding:
+    """Every GPU of the SKU was stressed, on the GPU: the stress runs on the GPUs torch sees, so
+    ``CUDA_VISIBLE_DEVICES=0`` or a GPU the driver lost stresses fewer, and each of them passing
+    says nothing of the others; a run on the CPU (``device_type`` other than ``cuda``) none."""
+    indices = sorted({g.index for g in report.gpus})
+    want = profile.gpu.count
+    measured = {"device_type": report.device_type, "gpus": indices}
+    if report.device_type != "cuda":
+        return Finding("stress.gpus", "error", measured, want,
+                       f"the stress ran on {report.device_type!r}, not on the GPUs")
+    if len(indices) != want or len(indices) != len(report.gpus):
+        return Finding("stress.gpus", "error", measured, want,
+                       f"{len(indices)} distinct GPU(s) stressed ({len(report.gpus)} results); the SKU has {want}: "
+                       "the others were not tested")
+    return Finding("stress.gpus", "pass", measured, want, f"all {want} GPUs stressed")
+
+
 def judge_stress(report: StressReport, profile: Profile) -> list[Finding]:
     lim = profile.stress
     if not report.gpus:
         return [Finding("stress", "error", None, None, "no GPU was stressed")]
-    out: list[Finding] = []
+    out: list[Finding] = [_stressed_gpus(report, profile)]
     checks: list[tuple[str, str, float]] = [
         ("h2d_gbps", "host-to-device copy GB/s", lim.h2d_min_gbps),
         ("d2h_gbps", "device-to-host copy GB/s", lim.d2h_min_gbps),

@@ -225,6 +225,13 @@ def rejudge(result: RunResult, profile: Profile) -> Judgement:
         if check.verdict == "error" and all(f.verdict == "pass" for f in found):
             # The node could not vouch for this check (e.g. a tool exited non-zero).
             found = [Finding(check.name, "error", None, None, check.reason or "error on the node")]
+        elif (check.kind in checks.NONZERO_EXIT_KINDS and check.exit_code not in (0, None)
+              and all(f.verdict == "pass" for f in found)):
+            # The controller decides, not the node: the rule the node applies is applied again to
+            # the stored exit code, so a document whose verdict says pass cannot outvote it.
+            found = [Finding(check.name, "error", check.exit_code, 0,
+                             f"{check.tool or check.kind} exited {check.exit_code} although its output "
+                             "looked healthy")]
         findings.extend(found)
     have = {_recorded_as(c) for c in result.checks}
     for name in required_checks(profile, level):

@@ -133,7 +133,9 @@ def _missing(tests: list[DcgmTest], level: int) -> list[str]:
     return [spellings[0] for spellings in _required(tests, level) if not names & set(spellings)]
 
 
-def _skipped(tests: list[DcgmTest], level: int) -> list[str]:
+def skipped_at(tests: list[DcgmTest], level: int) -> list[str]:
+    """The tests that ``level`` runs which DCGM reported as skipped (the judge asks this of the
+    level a profile requires, the parser of the level that ran)."""
     wanted = {name for spellings in _required(tests, level) for name in spellings}
     return [t.name for t in tests if t.name.lower() in wanted and t.result == "skip"]
 
@@ -168,7 +170,7 @@ def finish(
                 failed.add(int(gpu))
         if t.result == "fail" and not any(r == "fail" for r in t.gpus.values()):
             failed.update(int(g) for g in re.findall(r"\bGPU (\d+)\b", t.details))
-    skipped = _skipped(tests, level) if level is not None else []
+    skipped = skipped_at(tests, level) if level is not None else []
     passed = (all(t.result in ("pass", "skip") for t in tests) and any(t.result == "pass" for t in tests)
               and not skipped)
     return DcgmReport(

@@ -55,7 +55,18 @@ def test_a_result_from_another_node_run_or_level_is_an_error(rack8: Build, chang
     assert [(f.check, f.verdict) for f in bad] == [(check, "error")] and words in bad[0].reason
 
 
-def test_a_node_that_cannot_read_its_serial_says_so(rack8: Build) -> None:
+def test_a_node_that_cannot_read_its_serial_is_an_error_when_the_inventory_has_one(rack8: Build) -> None:
+    """Fail closed: the inventory knows gpu-a01's serial, and a result without one cannot show it
+    came from gpu-a01 (on the old judge this passed with "not compared")."""
     a01 = judge_rack(_bound(rack8, serial=None)).by_node()["gpu-a01"]
     serial = next(f for f in a01.findings if f.check == "result.serial")
-    assert a01.passed and "could not read its own" in serial.reason
+    assert not a01.passed and a01.verdict == "error"
+    assert serial.verdict == "error" and "has no system serial" in serial.reason and "SN-gpu-a01" in serial.reason
+
+
+def test_a_node_the_inventory_has_no_serial_for_is_not_compared(rack8: Build) -> None:
+    inputs = [replace(i, request=replace(i.request, serial=None)) if i.node == "gpu-a01" and i.request else i
+              for i in _bound(rack8, serial=None)]
+    a01 = judge_rack(inputs).by_node()["gpu-a01"]
+    serial = next(f for f in a01.findings if f.check == "result.serial")
+    assert a01.passed and serial.verdict == "pass" and "the inventory has none" in serial.reason

@@ -22,6 +22,7 @@ from acceptance.evidence import BundleMeta
 from acceptance.judge import GroupRun, NodeInput, Waiver
 from acceptance.reports import ReportInput, to_html, to_json, to_junit
 from burnin.parsers import nccl
+from tests.acceptance.conftest import whole_aws_p5
 
 Build = Callable[[list[Any] | None], list[tuple[NodeInput, Path]]]
 PROFILE = "h100-sxm-8"
@@ -35,7 +36,7 @@ META = BundleMeta("rack-a", "alice@example.net", "2026-11-30T02:00:00Z", "2026-1
 def runs(fixtures_dir: Path) -> dict[str, nccl.NcclReport]:
     degraded = (fixtures_dir / "nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text()
     aws = (fixtures_dir / "nccl/aws-p5_2node-16xH100_all_reduce_perf_efa-32x100G.txt").read_text()
-    healthy = aws + "0: # Out of bounds values : 0 OK\n0: # Avg bus bandwidth    : 187.3\n"
+    healthy = whole_aws_p5(aws)
     return {"slow": nccl.parse(degraded, "all_reduce"), "fast": nccl.parse(healthy, "all_reduce")}
 
 

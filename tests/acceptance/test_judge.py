@@ -21,6 +21,7 @@ from acceptance.judge import (
 )
 from burnin import profiles
 from burnin.parsers import nccl
+from tests.acceptance.conftest import whole_aws_p5
 
 PROFILE = "h100-sxm-8"
 Build = Callable[[list[Any] | None], list[tuple[NodeInput, Path]]]
@@ -116,7 +117,10 @@ def test_multi_node_runs_from_captures(fixtures_dir: Path) -> None:
     aws = (fixtures_dir / "nccl/aws-p5_2node-16xH100_all_reduce_perf_efa-32x100G.txt").read_text()
     cut = judge_group(GroupRun(("p5-a", "p5-b"), "pair", nccl.parse(aws, "all_reduce")), profile)
     assert cut.verdict == "error" and "did not finish" in cut.finding.reason
-    healthy = aws + "0: # Out of bounds values : 0 OK\n0: # Avg bus bandwidth    : 187.3\n"
+    no_ranks = judge_group(GroupRun(("p5-a", "p5-b"), "pair", nccl.parse(
+        aws + "0: # Out of bounds values : 0 OK\n0: # Avg bus bandwidth    : 187.3\n", "all_reduce")), profile)
+    assert no_ranks.verdict == "error" and "which GPUs took part is unknown" in no_ranks.finding.reason
+    healthy = whole_aws_p5(aws)
     ok = judge_group(GroupRun(("p5-a", "p5-b"), "pair", nccl.parse(healthy, "all_reduce")), profile)
     assert ok.verdict == "pass" and ok.finding.measured == pytest.approx(487.26)
     lost = judge_group(GroupRun(("x", "y"), "pair", None, error="srun: timed out"), profile)

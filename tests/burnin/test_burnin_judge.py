@@ -68,7 +68,9 @@ def test_degraded_two_node_h100_fails_multi_node_threshold(fx: Fx) -> None:
     r = nccl.parse(fx("nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text(),
                    "all_reduce")
     assert nccl_scope(r, H100) == "multi_node"
-    (f,) = judge_nccl(r, H100)
+    unchecked, f = judge_nccl(r, H100)
+    # the capture ran with validation off (-c 0): that is an error beside the bandwidth failure
+    assert unchecked.verdict == "error" and "were not checked" in unchecked.reason
     assert f.name == "nccl.all_reduce.multi_node"
     # best busbw at >= 1 GiB (the 167.87 peak is at 256 MiB); floor = 46 GB/s x 8 NICs
     assert (f.verdict, f.measured, f.threshold) == ("fail", 155.57, 368.0)
@@ -97,7 +99,7 @@ def test_nccl_incomplete_run_is_an_error_not_a_pass(fx: Fx) -> None:
 def test_nccl_wrong_results_fail(fx: Fx) -> None:
     text = fx("nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt").read_text()
     r = nccl.parse(text.replace("476.53      0", "476.53      2"), "all_reduce")
-    (f,) = judge_nccl(r, H100)
+    f = next(f for f in judge_nccl(r, H100) if f.name == "nccl.all_reduce")
     assert f.verdict == "fail" and "wrong results" in f.reason
 
 
@@ -126,8 +128,11 @@ def test_dcgm_level_too_low_fails(fx: Fx) -> None:
 
 def test_dcgm_r3_passes_and_required_tests(fx: Fx) -> None:
     r = dcgm.parse(fx("dcgm/virtualclient/DCGMIDiag_r3_results.json").read_text())
-    assert {f.verdict for f in judge_dcgm(r, H100, "full")} == {"pass"}
-    strict = replace(H100, dcgm=replace(H100.dcgm, required_tests=("pcie", "targeted power|targeted_power",
+    # a capture of a one-GPU machine: it passes a one-GPU profile, never the 8-GPU SKU's
+    assert {f.verdict for f in judge_dcgm(r, H100, "full") if f.name == "dcgm.gpus"} == {"error"}
+    one = replace(H100, gpu=replace(H100.gpu, count=1))
+    assert {f.verdict for f in judge_dcgm(r, one, "full")} == {"pass"}
+    strict = replace(one, dcgm=replace(H100.dcgm, required_tests=("pcie", "targeted power|targeted_power",
                                                                    "eud test")))
     found = {f.name: f.verdict for f in judge_dcgm(r, strict, "full")}
     assert found["dcgm.required.pcie"] == "pass" and found["dcgm.required.targeted_power"] == "pass"
@@ -237,7 +242,8 @@ def _stress(**change: object) -> StressReport:
     g = GpuStressResult(index=0, name="NVIDIA H200", h2d_gbps=55.0, d2h_gbps=55.0, hbm_gbps=4300.0,
                         copy_verified=True, gemm_tflops=780.0, gemm_iterations=1000, gemm_mismatches=0,
                         gemm_reference_ok=True, gemm_reference_max_rel_error=0.004, soak_seconds=20.0)
-    return StressReport("2.11.0", "13.0", "cuda", "bfloat16", 8192, 1 << 30, [replace(g, **change)])  # type: ignore[arg-type]
+    gpus = [replace(g, index=i, **change) if i == 0 else replace(g, index=i) for i in range(8)]  # type: ignore[arg-type]
+    return StressReport("2.11.0", "13.0", "cuda", "bfloat16", 8192, 1 << 30, gpus)
 
 
 def test_stress_verdicts() -> None:
@@ -250,3 +256,17 @@ def test_stress_verdicts() -> None:
     assert found["stress.hbm_gbps"].verdict == "fail"
     found = {f.name: f for f in judge_stress(_stress(gemm_tflops=None, errors=["RuntimeError: CUDA OOM"]), H200)}
     assert found["stress.gemm_tflops"].verdict == "error" and "OOM" in found["stress.gemm_tflops"].reason
+
+
+@pytest.mark.parametrize(("gpus", "device_type", "words"), [
+    (1, "cuda", "1 distinct GPU(s) stressed"),  # CUDA_VISIBLE_DEVICES=0: it passed on the old judge
+    (7, "cuda", "7 distinct GPU(s) stressed"),
+    (8, "cpu", "ran on 'cpu'"),
+])
+def test_stress_of_fewer_gpus_than_the_sku_has_or_not_on_the_gpus_is_an_error(gpus: int, device_type: str,
+                                                                             words: str) -> None:
+    full = _stress()
+    report = replace(full, device_type=device_type, gpus=full.gpus[:gpus])
+    found = {f.name: f for f in judge_stress(report, H200)}
+    assert found["stress.gpus"].verdict == "error" and words in found["stress.gpus"].reason
+    assert {f.verdict for n, f in found.items() if n != "stress.gpus"} == {"pass"}

@@ -1,7 +1,10 @@
 """Mutated real captures never judge as a pass: parse + the burn-in judge, per parser.
 
 Mutations: truncation at every line, every single line deleted, garbage appended, and a
-pass word substituted for a failure while the failure's own lines remain. Captures
+pass word substituted for a failure while the failure's own lines remain; on passing
+captures, the facts a healthy verdict rests on changed one class at a time: DCGM tests
+the level runs reported as skipped, nccl-tests' out-of-bounds count made non-zero, its
+``#wrong`` made ``N/A`` (validation off), and ranks dropped from the device list. Captures
 whose honest verdict is not a pass must stay not-a-pass under every mutation; passing
 captures must stop passing when cut (see docs/limits.md for the kinds of output where
 a cut cannot be told from a shorter, healthy output: ibstat at an HCA boundary, a
@@ -10,7 +13,10 @@ kernel log cut before its Xid lines).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +29,7 @@ from burnin.parsers import ParseError, dcgm, infiniband, nccl, nvidia_smi, xid
 from burnin.result import Verdict, worst
 
 H100 = profiles.load("h100-sxm-8")
+ONE_GPU = replace(H100, gpu=replace(H100.gpu, count=1))  # for captures of one-GPU machines
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 NEW = Path(__file__).resolve().parents[1] / "fixtures"
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -37,8 +44,8 @@ def _judged(parse: Callable[[], list[Verdict]]) -> Verdict:
         return "error"
 
 
-def v_dcgm(level: str) -> Callable[[str], Verdict]:
-    return lambda text: _judged(lambda: [f.verdict for f in judge_dcgm(dcgm.parse(text), H100, level)])
+def v_dcgm(level: str, profile: profiles.Profile = H100) -> Callable[[str], Verdict]:
+    return lambda text: _judged(lambda: [f.verdict for f in judge_dcgm(dcgm.parse(text), profile, level)])
 
 
 def v_nccl(expected: tuple[str, ...]) -> Callable[[str], Verdict]:
@@ -73,7 +80,10 @@ CAPTURES: dict[str, tuple[Path, Callable[[str], Verdict], Verdict]] = {
     "dcgm4-r2-fail": (NEW / "dcgm/b200x8_dcgmi-diag-r2_dcgm-4.4.1_pcie-FAIL_issue253.txt", v_dcgm("standard"),
                       "fail"),
     "dcgm2-r4-pass": (NEW / "dcgm/gcm_dcgmi-diag-r4_dcgm-2.x_docstring.txt", v_dcgm("full"), "pass"),
-    "dcgm-json-r3-pass": (SHARED / "dcgm/virtualclient/DCGMIDiag_r3_results.json", v_dcgm("full"), "pass"),
+    "dcgm-json-r3-pass": (SHARED / "dcgm/virtualclient/DCGMIDiag_r3_results.json", v_dcgm("full", ONE_GPU),
+                          "pass"),
+    "nccl-1-pass": (SHARED / "nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt", v_nccl(("all_reduce",)),
+                    "pass"),
     "nccl-5-pass": (NEW / "nccl/xxrjun_nccl_N1_G8_cnode3-003_h100x8_5-collectives.log", v_nccl(FIVE), "pass"),
     "nccl-2node-degraded": (SHARED / "nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt",
                             v_nccl(("all_reduce",)), "fail"),
@@ -179,3 +189,88 @@ def test_pass_substituted_where_the_failure_lines_remain(name: str, data: st.Dat
         assert judge(text) != "pass"
         return
     assert judge(text) != "pass"
+
+
+# ---------------------------------------------------------------- passing captures, one fact changed
+
+NCCL_PASSING = ["nccl-1-pass", "nccl-5-pass"]
+_OOB = re.compile(r"# Out of bounds values : 0 OK")
+_ROW = re.compile(r"^(\s*(?:\S+\s+){8})(\S+)(\s+(?:\S+\s+){3})(\S+)(\s*)$")
+_RANK_LINE = re.compile(r"^#\s+Rank\s+\d+\s")
+
+
+def _picks(data: st.DataObject, indices: list[int]) -> list[int]:
+    assert indices
+    return data.draw(st.lists(st.sampled_from(indices), min_size=1, unique=True))
+
+
+@pytest.mark.parametrize("name", NCCL_PASSING)
+@FUZZ
+@given(data=st.data(), count=st.integers(min_value=1, max_value=10**6))
+def test_out_of_bounds_made_non_zero_never_passes(name: str, data: st.DataObject, count: int) -> None:
+    path, judge, _ = CAPTURES[name]
+    lines = path.read_text().splitlines(keepends=True)
+    for i in _picks(data, [i for i, ln in enumerate(lines) if _OOB.search(ln)]):
+        lines[i] = _OOB.sub(f"# Out of bounds values : {count} FAILED", lines[i])
+    assert judge("".join(lines)) == "fail"
+
+
+@pytest.mark.parametrize("name", NCCL_PASSING)
+@FUZZ
+@given(data=st.data(), in_place_too=st.booleans())
+def test_wrong_made_na_never_passes(name: str, data: st.DataObject, in_place_too: bool) -> None:
+    """Validation off (``-c 0``) for some or all rows: 0 wrong results must not read as correct."""
+    path, judge, _ = CAPTURES[name]
+    lines = path.read_text().splitlines(keepends=True)
+    rows = [i for i, ln in enumerate(lines) if len(ln.split()) == 13 and ln.split()[0].isdigit()]
+    for i in _picks(data, rows):
+        m = _ROW.match(lines[i].rstrip("\n"))
+        assert m, lines[i]
+        ip = "N/A" if in_place_too else m.group(4)
+        lines[i] = f"{m.group(1)}N/A{m.group(3)}{ip}{m.group(5)}\n"
+    assert judge("".join(lines)) == "error"
+
+
+@pytest.mark.parametrize("name", NCCL_PASSING)
+@FUZZ
+@given(data=st.data())
+def test_ranks_dropped_never_pass(name: str, data: st.DataObject) -> None:
+    """Fewer devices than the SKU's GPUs took part (or none is named): the rest were not tested."""
+    path, judge, _ = CAPTURES[name]
+    lines = path.read_text().splitlines(keepends=True)
+    ranks = [i for i, ln in enumerate(lines) if _RANK_LINE.match(ln)]
+    dropped = set(_picks(data, ranks))
+    assert judge("".join(ln for i, ln in enumerate(lines) if i not in dropped)) != "pass"
+
+
+# The tests DCGM r3 runs, as the 2.x/3.x capture names them (Inforom, Pulse Test and Memtest are
+# not among them: r4 or optional); "Diagnostic" and "SM Stress" are two names of one test.
+R3_TESTS_3X = ("Blacklist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks", "Persistence Mode",
+               "Environment Variables", "Page Retirement/Row Remap", "Graphics Processes", "PCIe", "GPU Memory",
+               "Diagnostic", "SM Stress", "Targeted Stress", "Targeted Power", "Memory Bandwidth")
+
+
+@FUZZ
+@given(data=st.data())
+def test_required_dcgm_tests_made_skip_never_pass_text(data: st.DataObject) -> None:
+    path, judge, _ = CAPTURES["dcgm2-r4-pass"]
+    lines = path.read_text().splitlines(keepends=True)
+    rows = [i for i, ln in enumerate(lines) if ln.startswith("|") and "| Pass" in ln
+            and ln[1:].split("|")[0].strip() in R3_TESTS_3X]
+    assert len(rows) == len(R3_TESTS_3X)
+    for i in _picks(data, rows):
+        lines[i] = lines[i].replace("| Pass", "| Skip")
+    assert judge("".join(lines)) == "error"
+
+
+@FUZZ
+@given(data=st.data())
+def test_required_dcgm_tests_made_skip_never_pass_json(data: st.DataObject) -> None:
+    path, judge, _ = CAPTURES["dcgm-json-r3-pass"]
+    doc = json.loads(path.read_text())
+    tests = [t for c in doc["DCGM GPU Diagnostic"]["test_categories"] for t in c["tests"]
+             if t["name"] in R3_TESTS_3X or t["name"] == "Denylist"]
+    for i in _picks(data, list(range(len(tests)))):
+        for r in tests[i]["results"]:
+            r["status"] = "Skip"
+    assert judge(json.dumps(doc)) == "error"

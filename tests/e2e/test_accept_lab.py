@@ -104,6 +104,20 @@ def test_multi_node_rounds_ran_through_slurm_and_isolated_the_lossy_link(
     assert raw and "srun" in raw[0].read_text() and "0: # Avg bus bandwidth" in raw[0].read_text()
 
 
+def test_every_result_is_bound_to_the_inventory_serial(lab: RunningLab, accepted: dict[str, object]) -> None:
+    """Each lab node reads its serial through the fake dmidecode (its DMI data): a result without
+    one would be an error now that the inventory has a serial for every node."""
+    report = json.loads(next(Path(str(accepted["reports"])).glob("*.json")).read_text())
+    assert len(report["nodes"]) == 8
+    seen = []
+    for n in report["nodes"]:
+        serial = next(f for f in n["findings"] if f["check"] == "result.serial")
+        assert serial["verdict"] == "pass" and "is the inventory's" in serial["reason"], serial
+        assert serial["measured"] == serial["threshold"] and str(serial["measured"]).startswith("LAB"), serial
+        seen.append(serial["measured"])
+    assert len(set(seen)) == 8  # lifecycle/lab/layout.py gives each node its own serial
+
+
 def test_kubernetes_pool_nodes_are_paired_over_ssh(lab: RunningLab, accepted: dict[str, object]) -> None:
     """node-07 and node-08 are in the inference pool (no Slurm): all_reduce across them ran as mpirun
     started over SSH on node-07, the lab's mpirun starting its all_reduce_perf on both, and each of
