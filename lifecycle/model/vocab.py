@@ -7,6 +7,9 @@ ones accepted five different sets of names), so a name one layer accepted
 another could misread. Each vocabulary is defined here once; the inventory's
 pydantic types, the drivers and the renderers all call these functions, and a
 renderer re-checks at its boundary with the same rule the inventory applied.
+Kubernetes' own vocabularies (names, label and annotation keys, label values,
+taints) are here too, with apimachinery's reasons as ``*_errors`` lists, so the
+manifest validator and the lab's API stand-in judge a value as the inventory does.
 
 Every checker returns the value (normalised where the vocabulary has one
 spelling, e.g. a MAC in lower case) or raises ``ValueError`` with a message
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,13 +31,31 @@ _SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NIC = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _VERSION = re.compile(r"[A-Za-z0-9._+~-]{1,128}")
 _DNS_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*")
-# Kubernetes' grammar, as apimachinery writes it (lifecycle.drivers.kube.names adds its messages).
-LABEL_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+# Kubernetes' grammar and words, as k8s.io/apimachinery/pkg/util/validation writes them, so that the
+# inventory, the drivers, the manifest renderer and the lab's API stand-in judge a value alike.
+QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_NAME = QUALIFIED_NAME
+LABEL_VALUE = f"({QUALIFIED_NAME})?"
 DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-_K8S_NAME = re.compile(LABEL_NAME)
-_K8S_PREFIX = re.compile(DNS_SUBDOMAIN)
+_K8S_NAME = re.compile(QUALIFIED_NAME)
+_K8S_VALUE = re.compile(LABEL_VALUE)
+_K8S_LABEL = re.compile(DNS_LABEL)
+_K8S_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
+MSG_SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                 "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                 f"validation is '{DNS_SUBDOMAIN}')")
+MSG_LABEL_DNS = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                 "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+                 f"validation is '{DNS_LABEL}')")
+MSG_NAME_PART = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+                 "an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                 f"validation is '{QUALIFIED_NAME}')")
+MSG_QUALIFIED = ("a qualified name " + MSG_NAME_PART.removeprefix("name part ") + " with an optional DNS "
+                 "subdomain prefix and '/' (e.g. 'example.com/MyName')")
+MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                   f"'12345', regex used for validation is '{LABEL_VALUE}')")
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -122,14 +144,70 @@ def hostname(value: str) -> str:
     return name
 
 
+def _octets(value: str) -> int:
+    """Go's ``len``: apimachinery's limits count bytes, not characters."""
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _limit_and_grammar(value: str, limit: int, grammar: re.Pattern[str], message: str) -> list[str]:
+    out = [f"must be no more than {limit} characters"] if _octets(value) > limit else []
+    return out + ([] if grammar.fullmatch(value) else [message])
+
+
+def dns1123_label_errors(value: str) -> list[str]:
+    """apimachinery's ``IsDNS1123Label`` (a namespace's name): every reason, empty when valid."""
+    return _limit_and_grammar(value, 63, _K8S_LABEL, MSG_LABEL_DNS)
+
+
+def dns1123_subdomain_errors(value: str) -> list[str]:
+    """apimachinery's ``IsDNS1123Subdomain`` (most objects' names, a key's prefix)."""
+    return _limit_and_grammar(value, 253, _K8S_SUBDOMAIN, MSG_SUBDOMAIN)
+
+
+def label_value_errors(value: str) -> list[str]:
+    """apimachinery's ``IsValidLabelValue`` (label and taint values)."""
+    return _limit_and_grammar(value, 63, _K8S_VALUE, MSG_LABEL_VALUE)
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """apimachinery's ``IsQualifiedName`` (label, annotation, taint keys, finalizers): ``[prefix/]name``."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [MSG_QUALIFIED]
+    out: list[str] = []
+    if len(parts) == 2:
+        out += ["prefix part " + e for e in dns1123_subdomain_errors(parts[0])] if parts[0] \
+            else ["prefix part must be non-empty"]
+    name = parts[-1]
+    if not name:
+        out.append("name part must be non-empty")
+    elif _octets(name) > 63:
+        out.append("name part must be no more than 63 characters")
+    return out + ([] if _K8S_NAME.fullmatch(name) else [MSG_NAME_PART])
+
+
+def annotation_key_errors(value: str) -> list[str]:
+    """``ValidateAnnotations``: a qualified name, but case does not matter (it is checked lower-cased)."""
+    return qualified_name_errors(value.lower())
+
+
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+"""``TotalAnnotationSizeLimitB``: all of an object's annotation keys and values together."""
+
+
+def annotations_size(annotations: Mapping[str, object]) -> int:
+    """What counts against ``ANNOTATIONS_MAX_BYTES``: the bytes of every key and value."""
+    return sum(_octets(str(k)) + _octets(str(v)) for k, v in annotations.items())
+
+
 def label_key(value: str) -> str:
     """A Kubernetes label or taint key: ``[prefix/]name``, prefix a DNS subdomain of at most 253."""
     if not isinstance(value, str):
         raise ValueError("must be a string")
-    prefix, slash, name = value.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _K8S_PREFIX.fullmatch(prefix)):
+    errors = qualified_name_errors(value)
+    if any(e.startswith("prefix part") for e in errors):
         raise ValueError("has a prefix that is not a DNS subdomain (lower-case, e.g. racklife.io/)")
-    if len(name) > 63 or not _K8S_NAME.fullmatch(name):
+    if errors:
         raise ValueError(
             "is not a Kubernetes label key: [prefix/]name, the name 1-63 of letters, digits, "
             "'-', '_' and '.', starting and ending with a letter or digit"
@@ -141,7 +219,7 @@ def label_value(value: str) -> str:
     """A Kubernetes label value: empty, or 1-63 of ``[A-Za-z0-9_.-]`` starting and ending alphanumeric."""
     if not isinstance(value, str):
         raise ValueError("must be a string (quote numbers and booleans in YAML)")
-    if value and (len(value) > 63 or not _K8S_NAME.fullmatch(value)):
+    if label_value_errors(value):
         raise ValueError(
             "is not a Kubernetes label value: empty, or 1-63 of letters, digits, '-', '_' and '.', "
             "starting and ending with a letter or digit"
@@ -171,8 +249,11 @@ def taint(text: str) -> TaintSpec:
             "is not a taint: key[=value]:Effect with Effect one of " + ", ".join(TAINT_EFFECTS)
         )
     key, _, value = head.partition("=")
-    label_key(key)
-    label_value(value)
+    for part, check, given in (("key", label_key, key), ("value", label_value, value)):
+        try:
+            check(given)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the taint's {part})") from None
     return TaintSpec(key, value, effect)
 
 

@@ -14,6 +14,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lifecycle.model import vocab
+from lifecycle.model.vocab import TAINT_EFFECTS
+from lifecycle.model.vocab import TaintEffect as TaintEffect
+
 CORDONED_BY = "racklife.io/cordoned-by"
 CORDON_REASON = "racklife.io/cordon-reason"
 MAINTENANCE_TAINT = "racklife.io/maintenance"
@@ -23,9 +27,6 @@ MANAGED = "racklife.io/managed"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_TAINT = re.compile(r"^(?P<key>[A-Za-z0-9./_-]+)(=(?P<value>[A-Za-z0-9._-]*))?:(?P<effect>[A-Za-z]+)\Z")
 _RUN = re.compile(r"^[A-Za-z0-9._-]{1,63}\Z")
 
 
@@ -44,18 +45,23 @@ class Taint:
 
     @classmethod
     def parse(cls, text: str) -> Taint:
-        """kubectl's notation: ``key=value:Effect`` or ``key:Effect`` (what pool definitions use)."""
-        m = _TAINT.match(text.strip())
-        if m is None or m["effect"] not in _EFFECTS:
-            raise ValueError(f"{text!r} is not a taint (key[=value]:NoSchedule|PreferNoSchedule|NoExecute)")
-        return cls(m["key"], m["effect"], m["value"] or "")  # type: ignore[arg-type]
+        """kubectl's notation: ``key=value:Effect`` or ``key:Effect`` (what pool definitions use).
+
+        The grammar is the model's (``vocab.taint``, the rule the inventory applied), so a taint this
+        accepts is one kube-apiserver stores.
+        """
+        try:
+            spec = vocab.taint(text.strip())
+        except ValueError as exc:
+            raise ValueError(f"{text!r} {exc}") from None
+        return cls(spec.key, spec.effect, spec.value)
 
     @classmethod
     def from_api(cls, data: Mapping[str, Any]) -> Taint:
         effect = str(data.get("effect"))
-        if effect not in _EFFECTS:
+        if effect not in TAINT_EFFECTS:
             raise ValueError(f"unknown taint effect {effect!r}")
-        return cls(str(data["key"]), effect, str(data.get("value") or ""))  # type: ignore[arg-type]
+        return cls(str(data["key"]), effect, str(data.get("value") or ""))
 
     def to_api(self) -> dict[str, str]:
         out = {"key": self.key, "effect": self.effect}

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycle.drivers.kube import names
 from lifecycle.lab.kube.kinds import Kind
+from lifecycle.model import vocab
 
-ANNOTATIONS_MAX = 256 * 1024
+ANNOTATIONS_MAX = vocab.ANNOTATIONS_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,16 @@ def invalid(path: str, value: Any, why: str) -> Cause:
 
 def name_errors(kind: Kind, name: str) -> list[str]:
     if kind.name_rule == "label":
-        if len(name) > 63:
-            return ["must be no more than 63 characters"]
-        return [] if names.full(names.DNS_LABEL, name) else [names.MSG_LABEL_DNS]
-    if len(name) > 253:
-        return ["must be no more than 253 characters"]
-    return [] if names.full(names.DNS_SUBDOMAIN, name) else [names.MSG_SUBDOMAIN]
+        return vocab.dns1123_label_errors(name)
+    return vocab.dns1123_subdomain_errors(name)
+
+
+def effect_cause(path: str, effect: object) -> list[Cause]:
+    """``validateTaintEffect``: one of the three effects (a taint must name one; a toleration may not)."""
+    if not effect or effect in vocab.TAINT_EFFECTS:
+        return []
+    supported = ", ".join(f'"{e}"' for e in vocab.TAINT_EFFECTS)
+    return [Cause("FieldValueNotSupported", path, f'Unsupported value: "{effect}": supported values: {supported}')]
 
 
 def metadata_causes(kind: Kind, meta: Mapping[str, Any]) -> list[Cause]:
@@ -60,21 +64,20 @@ def metadata_causes(kind: Kind, meta: Mapping[str, Any]) -> list[Cause]:
         out += [invalid("metadata.name", name, e) for e in name_errors(kind, name)]
     labels = meta.get("labels") or {}
     for key, value in (labels.items() if isinstance(labels, Mapping) else ()):
-        out += [invalid("metadata.labels", key, e) for e in names.qualified_name_errors(str(key))]
+        out += [invalid("metadata.labels", key, e) for e in vocab.qualified_name_errors(str(key))]
         if not isinstance(value, str):
             out.append(invalid("metadata.labels", value, "label values must be strings"))
             continue
-        out += [invalid("metadata.labels", value, e) for e in names.label_value_errors(value)]
+        out += [invalid("metadata.labels", value, e) for e in vocab.label_value_errors(value)]
     annotations = meta.get("annotations") or {}
     if isinstance(annotations, Mapping):
         for key in annotations:
-            out += [invalid("metadata.annotations", key, e) for e in names.qualified_name_errors(str(key).lower())]
-        size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
-        if size > ANNOTATIONS_MAX:
+            out += [invalid("metadata.annotations", key, e) for e in vocab.annotation_key_errors(str(key))]
+        if vocab.annotations_size(annotations) > ANNOTATIONS_MAX:
             out.append(Cause("FieldValueTooLong", "metadata.annotations",
                              f"Too long: may not be more than {ANNOTATIONS_MAX} bytes"))
     for i, fin in enumerate(meta.get("finalizers") or []):
-        out += [invalid(f"metadata.finalizers[{i}]", fin, e) for e in names.qualified_name_errors(str(fin))]
+        out += [invalid(f"metadata.finalizers[{i}]", fin, e) for e in vocab.qualified_name_errors(str(fin))]
     return out
 
 
@@ -87,15 +90,14 @@ def taint_causes(taints: Any, path: str = "spec.taints") -> list[Cause]:
             out.append(invalid(at, taint, "must be an object"))
             continue
         key, value, effect = str(taint.get("key") or ""), taint.get("value"), taint.get("effect")
-        out += [invalid(f"{at}.key", key, e) for e in names.qualified_name_errors(key)]
-        if value is not None:
-            out += [invalid(f"{at}.value", value, e) for e in names.label_value_errors(str(value))]
+        out += [invalid(f"{at}.key", key, e) for e in vocab.qualified_name_errors(key)]
+        # validateNodeTaints joins a value's reasons into one cause (labels get one cause per reason).
+        if value is not None and (why := vocab.label_value_errors(str(value))):
+            out.append(invalid(f"{at}.value", value, ";".join(why)))
         if not effect:
             out.append(Cause("FieldValueRequired", f"{at}.effect", "Required value"))
-        elif effect not in names.EFFECTS:
-            supported = ", ".join(f'"{e}"' for e in names.EFFECTS)
-            out.append(Cause("FieldValueNotSupported", f"{at}.effect",
-                             f'Unsupported value: "{effect}": supported values: {supported}'))
+        elif bad := effect_cause(f"{at}.effect", effect):
+            out += bad
         elif (key, str(effect)) in seen:
             out.append(Cause("FieldValueDuplicate", at,
                              f'Duplicate value: "{key}:{effect}": taints must be unique by key and effect pair'))
@@ -116,10 +118,7 @@ def causes(kind: Kind, obj: Mapping[str, Any]) -> list[Cause]:
     if kind.kind == "Pod":
         for i, tol in enumerate(spec.get("tolerations") or []):
             effect = (tol or {}).get("effect") if isinstance(tol, Mapping) else None
-            if effect and effect not in names.EFFECTS:
-                supported = ", ".join(f'"{e}"' for e in names.EFFECTS)
-                out.append(Cause("FieldValueNotSupported", f"spec.tolerations[{i}].effect",
-                                 f'Unsupported value: "{effect}": supported values: {supported}'))
+            out += effect_cause(f"spec.tolerations[{i}].effect", effect)
     return out
 
 
