@@ -27,7 +27,7 @@ from burnin import profiles as burnin_profiles
 from burnin.gpu_stress import StressReport
 from burnin.parsers.nccl import NcclReport
 from burnin.profiles import Profile
-from burnin.result import CheckResult, ResultFormatError, RunResult, Verdict, worst
+from burnin.result import CheckResult, Finding, ResultFormatError, RunResult, Verdict, worst
 from burnin.runner import rejudge
 from burnin.serde import from_dict
 
@@ -345,6 +345,14 @@ def judge_group(run: GroupRun, profile: Profile) -> GroupJudgement:
         f = NodeFinding(name, "error", "multi_node", "busbw", None, None, run.error or "no output from the run")
         return GroupJudgement(run, "error", f)
     found = burnin_judge.judge_nccl(run.report, profile, "multi_node")
+    hosts = run.report.hosts
+    if len(hosts) != len(set(run.nodes)):
+        # a run of the group's nodes lists one rank host per node; fewer or more hosts is a run
+        # of other machines (or of some of them), whatever its bandwidth (names are not matched:
+        # hostnames and inventory names may differ, see docs/limits.md)
+        found = [Finding(f"nccl.{run.report.collective}.hosts", "error", hosts, len(set(run.nodes)),
+                         f"the run lists ranks on {len(hosts)} host(s) ({', '.join(hosts) or 'none'}) "
+                         f"for a group of {len(set(run.nodes))} node(s)"), *found]
     verdict = worst([x.verdict for x in found])
     first = next(x for x in found if x.verdict == verdict)  # the finding that decides, named first
     who = "+".join(run.nodes)

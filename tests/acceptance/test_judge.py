@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,16 @@ def test_robust_statistics() -> None:
     assert modified_z(100.0, med, mad) == pytest.approx(0.6745 * 89)
     assert modified_z(5.0, 5.0, 0.0) == 0.0
     assert OutlierPolicy().z_max == 3.5
+
+
+def test_a_group_run_whose_ranks_ran_on_another_number_of_hosts_is_an_error(fixtures_dir: Path) -> None:
+    """issue290's run lists ranks on node005 and node007: as the run of a three-node ring it proves
+    nothing of the third node (it was judged on its bandwidth alone, against a floor it clears)."""
+    text = (fixtures_dir / "nccl/h100x8_2node-16gpu_all_reduce_perf_ndr-ib_DEGRADED_issue290.txt").read_text()
+    text = text.replace(" N/A", "   0")  # the one fact under test: a validated run of two hosts
+    low = profiles.load(PROFILE)
+    low = replace(low, nccl=replace(low.nccl, multi_node_per_nic_busbw_min_gbps=18.0))
+    pair = judge_group(GroupRun(("node005", "node007"), "pair", nccl.parse(text, "all_reduce")), low)
+    assert pair.verdict == "pass"
+    ring = judge_group(GroupRun(("node005", "node007", "node009"), "ring", nccl.parse(text, "all_reduce")), low)
+    assert ring.verdict == "error" and "ranks on 2 host(s) (node005, node007) for a group of 3" in ring.finding.reason
