@@ -10,6 +10,7 @@ import sys
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, fail, unavailable
+from lifecycle.cli._help import HELP_OPTION_NAMES
 from lifecycle.cli._lazy import LazyGroup
 from lifecycle.model import events
 from lifecycle.model.redact import install_logging_filter
@@ -20,13 +21,24 @@ app = typer.Typer(
     help="Bare-metal GPU racks from cabled and powered to accepted and serving.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    context_settings={"help_option_names": HELP_OPTION_NAMES},  # every command inherits it
     cls=LazyGroup,  # commands are imported when used, not to print help (lifecycle/cli/_lazy.py)
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"racklife {version('racklife')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
+    _show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print racklife's version and exit."),
     db: str | None = typer.Option(
         None, "--db", envvar="RACKLIFE_DB",
         help="Database URL (sqlite:///PATH or postgresql://...). Default: ~/.racklife/racklife.sqlite.",

@@ -11,7 +11,7 @@ own help, so the table cannot go stale.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from types import ModuleType
@@ -24,6 +24,7 @@ from typer import _click as click  # typer vendors its own click (0.29): its cla
 from typer._click.exceptions import UsageError
 
 from lifecycle.cli._extras import STAND_IN_SETTINGS, load
+from lifecycle.cli._help import tidy, tidy_params
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,12 @@ def _single(name: str, fn: Callable[..., Any], context_settings: Mapping[str, An
 
 def load_command(name: str) -> click.Command:
     """Import the module of command ``name`` and build its click command (a stand-in if its extra is missing)."""
+    cmd = _build(name)
+    tidy(cmd, name)
+    return cmd
+
+
+def _build(name: str) -> click.Command:
     entry = COMMANDS[name]
     mod = load(entry.module, name)
     if not isinstance(mod, ModuleType):
@@ -104,6 +111,14 @@ def load_command(name: str) -> click.Command:
 
 class LazyGroup(typer.core.TyperGroup):
     """The root group: lists commands from `COMMANDS`, imports one only to run it or show its own help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tidy(self, "")
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        tidy_params(self)  # typer adds the completion options after __init__
+        return super().get_params(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*self.commands, *(n for n in COMMANDS if n not in self.commands)]
@@ -125,3 +140,23 @@ class LazyGroup(typer.core.TyperGroup):
             if matches:
                 e.message = f"{e.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in matches)}?"
             raise
+
+
+def every_command() -> Iterator[tuple[str, click.Command]]:
+    """Every command, the root first, as (path after `racklife`, command): imports them all (docs, tests)."""
+    root = typer.main.get_command(_root_app())
+
+    def walk(path: str, cmd: click.Command) -> Iterator[tuple[str, click.Command]]:
+        yield path, cmd
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            yield from walk(f"{path} {name}".strip(), sub)
+
+    yield "", root
+    for name in COMMANDS:
+        yield from walk(name, load_command(name))
+
+
+def _root_app() -> typer.Typer:
+    from lifecycle.cli import app
+
+    return app

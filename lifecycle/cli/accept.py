@@ -30,7 +30,8 @@ def accept_cmd(
     burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
                                       help="Python on the nodes that has racklife's burnin package."),
     operator: str | None = typer.Option(None, "--operator", help="Who accepts (default: the login name)."),
-    max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024),
+    max_in_flight: int = typer.Option(8, "--max-in-flight", min=1, max=1024,
+                                       help="Most nodes in burn-in at once."),
     timeout: float = typer.Option(3600.0, "--timeout", min=1, help="Seconds per node for burn-in."),
     multi_node: bool = typer.Option(True, "--multi-node/--no-multi-node",
                                     help="Run all_reduce across nodes after burn-in (srun in Slurm pools, "

@@ -25,8 +25,9 @@ def build_cmd(
     inventory: Path = typer.Argument(..., help="Inventory YAML file."),
     image: str | None = typer.Option(None, "--image", help="Image to provision (default: minimal)."),
     level: str = typer.Option("quick", "--level", help="Acceptance level: quick | standard | full."),
-    max_in_flight: int = typer.Option(10, "--max-in-flight", min=1),
-    boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1),
+    max_in_flight: int = typer.Option(10, "--max-in-flight", min=1, help="Most nodes worked on at once."),
+    boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
+                                       help="Seconds to wait for a node to phone home, per boot."),
     images_dir: Path | None = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
 ) -> None:
     """Import the inventory, then apply it: provision, accept and join every node that needs it.

@@ -53,7 +53,7 @@ def _get(store: Store, name: str) -> NodeRecord:
 
 
 @node_app.command("show")
-def show(name: str, as_json: bool = JsonOpt) -> None:
+def show(name: str = typer.Argument(..., help="The node's name."), as_json: bool = JsonOpt) -> None:
     """Show a node: state and why (the last transition's reason, who, which run), pool, record, acceptance."""
     store = Store()
     try:
@@ -94,7 +94,7 @@ def show(name: str, as_json: bool = JsonOpt) -> None:
 
 
 @node_app.command("history")
-def history(name: str, as_json: bool = JsonOpt) -> None:
+def history(name: str = typer.Argument(..., help="The node's name."), as_json: bool = JsonOpt) -> None:
     """Every transition of a node (time, event, from → to, actor, reason, run), and every change of its record."""
     store = Store()
     try:

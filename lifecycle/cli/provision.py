@@ -65,7 +65,8 @@ def provision_cmd(
     rack: str | None = typer.Option(None, "--rack", help="Every node of this rack."),
     all_: bool = typer.Option(False, "--all", help="Every node in the store."),
     image: str | None = typer.Option(None, "--image", help="Image to boot (default: minimal, or the only one built)."),
-    max_in_flight: int = typer.Option(10, "--max-in-flight", min=1, max=1000),
+    max_in_flight: int = typer.Option(10, "--max-in-flight", min=1, max=1000,
+                                       help="Most nodes provisioned at once."),
     boot_listen: str = typer.Option("127.0.0.1:8069", "--boot-listen", envvar="RACKLIFE_BOOT_LISTEN",
                                     help="Where the embedded boot server listens."),
     boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
@@ -94,9 +95,11 @@ def provision_cmd(
 
 @boot_app.command("serve")
 def serve(
-    listen: str = typer.Option("127.0.0.1:8069", "--listen", envvar="RACKLIFE_BOOT_LISTEN"),
-    url: str | None = typer.Option(None, "--url", envvar="RACKLIFE_BOOT_URL"),
-    images_dir: Path = typer.Option(None, "--images"),
+    listen: str = typer.Option("127.0.0.1:8069", "--listen", envvar="RACKLIFE_BOOT_LISTEN",
+                               help="HOST:PORT the boot server listens on."),
+    url: str | None = typer.Option(None, "--url", envvar="RACKLIFE_BOOT_URL",
+                                   help="The boot server's URL as nodes see it (default: the listen address)."),
+    images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
 ) -> None:
     """Run the boot server until interrupted (iPXE scripts, images with ranges, phone-home)."""
     from lifecycle.drivers.boot.server import BootServer

@@ -98,7 +98,7 @@ def _wait_idle(env: dict[str, str], node: str, timeout_s: float) -> None:
 
 
 def tour_cmd(
-    nodes: int = typer.Option(8, "--nodes", min=4, max=128),
+    nodes: int = typer.Option(8, "--nodes", min=4, max=128, help="Nodes in the tour's lab rack."),
     lab_dir: Path = typer.Option(rack.DEFAULT_LAB_DIR, "--dir", help="Lab directory."),
     prefix: str = typer.Option("rltour-", "--prefix", help="Name prefix of the tour lab's namespaces."),
 ) -> None:

@@ -32,7 +32,7 @@ def _run_json(r: engine.RunInfo) -> dict[str, Any]:
 
 @app.command("list")
 def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', '.join(_STATUSES)}."),
-          limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JsonOpt) -> None:
+          limit: int = typer.Option(50, "--limit", min=1, help="Most runs listed."), as_json: bool = JsonOpt) -> None:
     """List workflow runs, newest first."""
     if status is not None and status.upper() not in _STATUSES:
         fail(f"unknown status '{status}' (one of {', '.join(_STATUSES)})", BAD_INPUT)
@@ -50,7 +50,8 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
 
 
 @app.command()
-def show(run_id: str, as_json: bool = JsonOpt) -> None:
+def show(run_id: str = typer.Argument(..., help="The run id (from `workflows list`)."),
+         as_json: bool = JsonOpt) -> None:
     """Show a run and its checkpointed steps."""
     insp = _inspector()
     try:
@@ -71,7 +72,7 @@ def show(run_id: str, as_json: bool = JsonOpt) -> None:
 
 
 @app.command()
-def cancel(run_id: str) -> None:
+def cancel(run_id: str = typer.Argument(..., help="The run id (from `workflows list`).")) -> None:
     """Cancel a run: it stops at its next step boundary and is not recovered."""
     insp = _inspector()
     try:
@@ -84,7 +85,8 @@ def cancel(run_id: str) -> None:
 
 
 @app.command()
-def resume(run_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
+def resume(run_id: str = typer.Argument(..., help="The run id (from `workflows list`)."),
+           wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the run to finish.")) -> None:
     """Resume a cancelled or failed run from its last checkpointed step."""
     insp = _inspector()
     try:

@@ -39,7 +39,7 @@ def loaded(mods: set[str], prefix: str) -> bool:
     return any(m == prefix or m.startswith(prefix + ".") for m in mods)
 
 
-@pytest.mark.parametrize("args", [("--help",), ()])
+@pytest.mark.parametrize("args", [("--help",), ("-h",), ("--version",), ()])
 def test_the_root_help_imports_no_command_and_no_heavy_library(tmp_path: Path, args: tuple[str, ...]) -> None:
     mods = modules_after(tmp_path, *args)
     assert not [m for m in HEAVY if loaded(mods, m)]
