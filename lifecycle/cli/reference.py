@@ -41,7 +41,9 @@ def _default(param: click.Parameter) -> str:
         return ""
     if isinstance(value, Enum):
         value = value.value
-    text = str(value).replace(str(Path.home()), "~")  # the same page whoever generates it
+    text, home = str(value), str(Path.home())
+    if home != "/" and text.startswith(home + "/"):
+        text = "~" + text[len(home):]  # the same page whoever generates it
     return f"`{text}`"
 
 
