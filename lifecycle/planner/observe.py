@@ -3,8 +3,14 @@
 ``racklife refresh`` and (later) the planner read the world only through
 here. Each source is asked once per refresh for the whole fleet where it can
 answer in bulk (Slurm, Kubernetes) and per node, in a bounded pool of threads,
-where it cannot (BMCs). A source that cannot be read leaves an error on the
-node's observation, never a guess. Nothing here changes anything.
+where it cannot (BMCs). Every read is idempotent, so a read that fails with a
+``TemporaryError`` (an IPMI session that timed out under load, a BMC that said
+busy) is tried again under the project's one retry policy
+(``lifecycle/workflows/retry.py``: ``RACKLIFE_RETRY_*``, the peer's delay or
+the capped backoff, the process's injected sleep); a permanent error, or the
+last temporary one, leaves an error on the node's observation, never a guess:
+one transient timeout must not block a node for a whole wave. Nothing here
+changes anything.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from lifecycle.planner.observed import (
 )
 from lifecycle.store import NodeRecord, Store
 from lifecycle.store import observations as stored
+from lifecycle.workflows.retry import retrier
 
 BMC_WORKERS = 32
 
@@ -99,46 +106,55 @@ def desired(inv: Inventory | None, rec: NodeRecord, store: Store) -> Desired:
     return Desired(node, pool, image, version)
 
 
-def _bmc(sources: Sources, rec: NodeRecord) -> BmcSeen | str:
-    try:
-        driver = sources.bmc(rec.node().bmc)
-    except (DriverError, ValueError, OSError) as exc:
-        return str(exc)
+def read_bmc(sources: Sources, spec: BmcSpec) -> BmcSeen:
+    """One whole BMC read on a fresh driver (a retry never reuses a session that just timed out)."""
+    driver = sources.bmc(spec)
     try:
         power = driver.power_state().value
         firmware = {f.name: f.version for f in driver.inventory().firmware} if sources.firmware else {}
         return BmcSeen(power, firmware)
-    except DriverError as exc:
-        return str(exc)
     finally:
         driver.close()
 
 
+def _bmc(sources: Sources, rec: NodeRecord) -> BmcSeen | str:
+    try:
+        return retrier().call(read_bmc, sources, rec.node().bmc)
+    except (DriverError, ValueError, OSError) as exc:
+        return str(exc)
+
+
+def read_slurm(sources: Sources) -> tuple[dict[str, SlurmNode], dict[str, list[str]]]:
+    reader = sources.slurm()
+    nodes = {n.name: n for n in reader.nodes()}
+    jobs: dict[str, list[str]] = {}
+    for j in reader.jobs():
+        if j.active:
+            for host in j.nodes:
+                jobs.setdefault(host, []).append(j.job_id)
+    return nodes, jobs
+
+
 def _slurm(sources: Sources) -> tuple[dict[str, SlurmNode], dict[str, list[str]]] | str:
     try:
-        reader = sources.slurm()
-        nodes = {n.name: n for n in reader.nodes()}
-        jobs: dict[str, list[str]] = {}
-        for j in reader.jobs():
-            if j.active:
-                for host in j.nodes:
-                    jobs.setdefault(host, []).append(j.job_id)
-        return nodes, jobs
+        return retrier().call(read_slurm, sources)
     except (DriverError, ValueError, OSError, RuntimeError) as exc:
         return str(exc)
+
+
+def read_kube(sources: Sources) -> dict[str, KubeNode]:
+    reader = sources.kube()
+    try:
+        return {n.name: n for n in reader.nodes()}
+    finally:
+        reader.close()
 
 
 def _kube(sources: Sources) -> dict[str, KubeNode] | str:
     try:
-        reader = sources.kube()
+        return retrier().call(read_kube, sources)
     except (DriverError, ValueError, OSError, RuntimeError) as exc:
         return str(exc)
-    try:
-        return {n.name: n for n in reader.nodes()}
-    except (DriverError, ValueError, OSError) as exc:
-        return str(exc)
-    finally:
-        reader.close()
 
 
 def _slurm_seen(n: SlurmNode, jobs: Sequence[str]) -> SlurmSeen:
