@@ -253,21 +253,26 @@ def _dcgm_skipped(report: DcgmReport, want: int | None) -> Finding:
 
 
 def _dcgm_gpus(report: DcgmReport, profile: Profile) -> Finding:
-    """DCGM must have tested every GPU of the SKU where its output names the GPUs it tested.
+    """Each test whose output names the GPUs it tested must name every GPU of the SKU.
 
-    A diagnostic run on a subset of the GPUs (``-i 0``, a GPU DCGM could not see) passes for
-    the GPUs it saw only. Outputs that give one result per test without GPU ids (DCGM 3.x text
-    tables) cannot show it; that is stated, and the GPU check counts the GPUs instead."""
-    seen = sorted({g for t in report.tests for g in t.gpus if g.isdigit()}, key=int)
+    A diagnostic run on a subset of the GPUs (``-i 0``, a GPU DCGM could not see, a GPU one
+    plugin left out) passes for the GPUs it saw only. Judged per test: DCGM lists every GPU
+    under a test that names any (3.x ``Pass - GPUs: 0, 2, 3`` with ``Fail - GPU: 1``, 4.x one
+    ``GPU<n>:`` row each, JSON one result each). Tests that give one bare result (``Pass - All``,
+    the 3.x deployment checks) cannot show it; the gpu check counts the GPUs instead."""
     want = profile.gpu.count
-    if not seen:
+    named = {t.name: sorted((g for g in t.gpus if g.isdigit()), key=int) for t in report.tests}
+    named = {name: ids for name, ids in named.items() if ids}
+    if not named:
         return Finding("dcgm.gpus", "pass", None, want,
                        "the output names no GPU ids per test; GPU coverage is counted by the gpu check")
-    if len(seen) < want:
-        return Finding("dcgm.gpus", "error", seen, want,
-                       f"DCGM reported results for {len(seen)} GPU(s) ({', '.join(seen)}); the SKU has {want}: "
+    short = {name: ids for name, ids in named.items() if len(ids) < want}
+    if short:
+        who = "; ".join(f"{name}: GPU {', '.join(ids)}" for name, ids in short.items())
+        return Finding("dcgm.gpus", "error", short, want,
+                       f"DCGM reported results for fewer GPUs than the SKU's {want}: {who}; "
                        "the others were not diagnosed")
-    return Finding("dcgm.gpus", "pass", seen, want, f"results for {len(seen)} GPUs")
+    return Finding("dcgm.gpus", "pass", named, want, f"every test that names GPUs names {want}")
 
 
 def _dcgm_level(report: DcgmReport, want: int) -> Finding:

@@ -71,9 +71,24 @@ def test_dcgm_results_for_fewer_gpus_than_the_sku_has_are_an_error(fx: Fx) -> No
     """VirtualClient's r3 JSON names GPU 0 only: a pass for one GPU is not a pass for an 8-GPU node."""
     found = judge_dcgm(dcgm.parse(fx("dcgm/virtualclient/DCGMIDiag_r3_results.json").read_text()), H100, "full")
     gpus = next(f for f in found if f.name == "dcgm.gpus")
-    assert gpus.verdict == "error" and gpus.measured == ["0"] and "1 GPU(s)" in gpus.reason
+    assert gpus.verdict == "error" and gpus.measured["PCIe"] == ["0"] and "PCIe: GPU 0" in gpus.reason
     assert _verdict(judge_dcgm(dcgm.parse(fx("dcgm/virtualclient/DCGMIDiag_r3_results.json").read_text()),
                                ONE_GPU, "full")) == "pass"
+
+
+def test_dcgm_test_that_left_out_one_gpu_is_an_error(nfx: Fx) -> None:
+    """B200 x8, DCGM 4.4.1 r2: every plugin test lists GPU0..GPU7; one GPU row deleted under one
+    test (the other tests still name all eight) is a GPU that test did not diagnose."""
+    text = nfx("dcgm/b200x8_dcgmi-diag-r2_dcgm-4.4.1_pcie-FAIL_issue253.txt").read_text()
+    report = dcgm.parse(text)
+    assert all(len(t.gpus) == 8 for t in report.tests if t.gpus)
+    lines = text.splitlines(keepends=True)
+    first_gpu7 = next(i for i, ln in enumerate(lines) if "GPU7:" in ln)
+    cut = dcgm.parse("".join(lines[:first_gpu7] + lines[first_gpu7 + 1:]))
+    b200 = profiles.load("b200-8")
+    assert next(f for f in judge_dcgm(report, b200, "standard") if f.name == "dcgm.gpus").verdict == "pass"
+    gpus = next(f for f in judge_dcgm(cut, b200, "standard") if f.name == "dcgm.gpus")
+    assert gpus.verdict == "error" and len(gpus.measured) == 1 and "GPU 0, 1, 2, 3, 4, 5, 6" in gpus.reason
 
 
 # ---------------------------------------------------------------- nccl-tests: out of bounds
