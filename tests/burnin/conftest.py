@@ -53,6 +53,17 @@ def fake_path(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def healthy_tools(fx: Callable[[str], Path], fake_bin: Callable[..., Path], tmp_path: Path) -> Path:
+    """Every node tool of a standard run, each printing a capture of a healthy H100 node (the bin dir)."""
+    clean_log = tmp_path / "dmesg.log"
+    clean_log.write_text("".join(fx("xid/gpud_tail_dmesg.0.log").read_text().splitlines(True)[:10]))
+    fake_bin("dmesg", clean_log)
+    fake_bin("ibstat", fx("infiniband/gpud_ibstat.47.0.h100.all.active.0.txt"))
+    fake_bin("dcgmi", fx("dcgm/virtualclient/DCGMIDiag_r1_results.json"))
+    return fake_bin("all_reduce_perf", fx("nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt"))
+
+
 NEW_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from burnin import profiles, runner
 from burnin.judge import judge_dcgm, judge_gpus, judge_ib
 from burnin.nvml import FakeNvml, GpuInventory, healthy_gpu
@@ -26,16 +24,6 @@ from tests.burnin.test_burnin_run import _good_stress, _inventory
 Fx = Callable[[str], Path]
 FakeBin = Callable[..., Path]
 H100 = profiles.load("h100-sxm-8")
-
-
-@pytest.fixture
-def healthy_tools(fx: Fx, fake_bin: FakeBin, tmp_path: Path) -> Path:
-    clean_log = tmp_path / "dmesg.log"
-    clean_log.write_text("".join(fx("xid/gpud_tail_dmesg.0.log").read_text().splitlines(True)[:10]))
-    fake_bin("dmesg", clean_log)
-    fake_bin("ibstat", fx("infiniband/gpud_ibstat.47.0.h100.all.active.0.txt"))
-    fake_bin("dcgmi", fx("dcgm/virtualclient/DCGMIDiag_r1_results.json"))
-    return fake_bin("all_reduce_perf", fx("nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt"))
 
 
 def _standard_result(tmp_path: Path, env: dict[str, str]) -> Path:

@@ -44,16 +44,6 @@ def _no_torch(seconds: float, size: int) -> StressReport:
     raise StressUnavailable("torch is not installed")
 
 
-@pytest.fixture
-def healthy_tools(fx: Fx, fake_bin: FakeBin, tmp_path: Path) -> Path:
-    clean_log = tmp_path / "dmesg.log"
-    clean_log.write_text("".join(fx("xid/gpud_tail_dmesg.0.log").read_text().splitlines(True)[:10]))
-    fake_bin("dmesg", clean_log)
-    fake_bin("ibstat", fx("infiniband/gpud_ibstat.47.0.h100.all.active.0.txt"))
-    fake_bin("dcgmi", fx("dcgm/virtualclient/DCGMIDiag_r1_results.json"))
-    return fake_bin("all_reduce_perf", fx("nccl/h100x8_all_reduce_perf_single-node_nvls_issue290.txt"))
-
-
 def _run(tmp_path: Path, env: dict[str, str], nvml: FakeNvml | None = None,
          stress: Callable[[float, int], StressReport] = _good_stress, level: str = "quick") -> RunResult:
     out = tmp_path / "out"
