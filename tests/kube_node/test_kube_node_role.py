@@ -23,7 +23,6 @@ test does. What is real and what is not:
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -38,6 +37,7 @@ import yaml
 
 from lifecycle.drivers.kube.manifests import validated
 from lifecycle.drivers.kube.manifests.bootstrap_token import BootstrapToken
+from tests.ansible_local import play_locally
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -63,31 +63,14 @@ with open(os.path.join(root, "etc", "kubernetes", "kubelet.conf"), "w") as f:
 
 
 def _play(repo: Path, tmp: Path, extra: dict[str, Any], check: bool = False) -> tuple[int, str]:
-    exe = Path(sys.executable).parent / "ansible-playbook"
-    assert exe.exists(), "ansible-core is required: pip install ansible-core"
     book = tmp / "site.yml"
     book.write_text(yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False,
                                      "roles": [{"role": "kube_node"}]}]))
     varsfile = tmp / "vars.json"
     varsfile.write_text(json.dumps(extra))
-    env = {
-        **os.environ,
-        "ANSIBLE_ROLES_PATH": str(repo / "roles"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
-        "FAKE_KUBEADM_LOG": str(tmp / "kubeadm.log"),
-    }
     # --diff would print a templated file: the token must stay hidden all the same (no_log).
-    argv = [str(exe), "-i", "localhost,", str(book), "-e", f"@{varsfile}", "-v", "--diff"] + (["--check"] if check else [])
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-5000:]
-    m = re.search(r"localhost\s+:\s+ok=(\d+)\s+changed=(\d+)", res.stdout)
-    assert m, res.stdout[-2000:]
-    return int(m.group(2)), out
+    args = [str(book), "-e", f"@{varsfile}", "-v", "--diff"] + (["--check"] if check else [])
+    return play_locally(repo, tmp, args, env={"FAKE_KUBEADM_LOG": str(tmp / "kubeadm.log")})
 
 
 @pytest.fixture

@@ -9,17 +9,14 @@ nothing.
 
 from __future__ import annotations
 
-import os
-import re
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lifecycle.drivers.slurm.render import render
 from lifecycle.model.inventory import Inventory
+from tests.ansible_local import play_locally
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -44,25 +41,7 @@ PLAYBOOK = """
 
 
 def _play(repo: Path, tmp: Path, playbook: Path) -> tuple[int, str]:
-    exe = Path(sys.executable).parent / "ansible-playbook"
-    assert exe.exists(), "ansible-core is required: pip install ansible-core"
-    env = {
-        **os.environ,
-        "ANSIBLE_ROLES_PATH": str(repo / "roles"),
-        "ANSIBLE_HOME": str(tmp / "ansible-home"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",  # the apt module needs python3-apt
-    }
-    res = subprocess.run(
-        [str(exe), "-i", "localhost,", str(playbook)], env=env, capture_output=True, text=True,
-        timeout=300, check=False,
-    )
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    m = re.search(r"localhost\s+:\s+ok=(\d+)\s+changed=(\d+)", res.stdout)
-    assert m, res.stdout[-2000:]
-    return int(m.group(2)), res.stdout
+    return play_locally(repo, tmp, [str(playbook)])
 
 
 def test_roles_install_rendered_files_idempotently(repo_dir: Path, tmp_path: Path,
