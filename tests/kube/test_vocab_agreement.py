@@ -13,6 +13,7 @@ kube-apiserver itself does with the value (apimachinery's ``IsQualifiedName``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -84,29 +85,24 @@ def _stand_in_stores(api: KubeStandIn, path: str, body: dict[str, Any], field: s
     return True
 
 
-def _model_label(key: str, value: str) -> bool:
+def _accepts(*checks: Callable[[], object]) -> bool:
+    """True when no check raises ``ValueError`` (the model's and ``Taint.parse``'s way of refusing)."""
     try:
-        vocab.label_key(key)
-        vocab.label_value(value)
+        return all(check() is not False for check in checks)
     except ValueError:
         return False
-    return True
+
+
+def _model_label(key: str, value: str) -> bool:
+    return _accepts(lambda: vocab.label_key(key), lambda: vocab.label_value(value))
 
 
 def _model_taint(text: str) -> bool:
-    try:
-        vocab.taint(text)
-    except ValueError:
-        return False
-    return True
+    return _accepts(lambda: vocab.taint(text))
 
 
 def _driver_taint(text: str) -> bool:
-    try:
-        taint = Taint.parse(text)
-    except ValueError:
-        return False
-    return names.taint_errors(taint.key, taint.value) == []
+    return _accepts(lambda: names.taint_errors(Taint.parse(text).key, Taint.parse(text).value) == [])
 
 
 def _row_id(row: tuple[Any, ...]) -> str:
