@@ -178,6 +178,10 @@ class Pool(_Model):
     drain_deadline_s: StrictInt = Field(3600, ge=0, le=7 * 24 * 3600)
     lendable: StrictBool = False
     """Nodes of this pool may be lent to the other scheduler (Slurm power saving)."""
+    min_nodes: StrictInt = Field(0, ge=0, le=1_000_000)
+    """The fewest nodes the pool keeps in service: a role swap that would leave fewer is refused."""
+    retest_level: Literal["quick", "standard", "full"] = "quick"
+    """The acceptance level a node is re-tested at before it joins this pool in a role swap."""
 
     @model_validator(mode="after")
     def _scheduler_fields(self) -> Pool:
@@ -185,6 +189,8 @@ class Pool(_Model):
             raise ValueError("a slurm pool needs 'partition'")
         if self.scheduler != "slurm" and self.partition:
             raise ValueError("'partition' is only for scheduler: slurm")
+        if self.scheduler == "none" and self.min_nodes:
+            raise ValueError("'min_nodes' is only for a pool a scheduler serves (slurm or kubernetes)")
         return self
 
 

@@ -166,4 +166,21 @@ def cross_checks(data: Any, builtin_pools: Iterable[str]) -> Found:
         _slot(i, n, racks, positions, found)
         _boot_ip(i, n, found)
     _bmc_identity(nodes, found)
+    _floors(pools, nodes, found)
     return found
+
+
+def _floors(pools: Any, nodes: list[Any], found: Found) -> None:
+    """A pool's ``min_nodes`` above the nodes the inventory gives it can never be kept."""
+    if not isinstance(pools, dict):
+        return
+    members: dict[str, int] = {}
+    for n in nodes:
+        if isinstance(n, dict) and isinstance(n.get("pool"), str):
+            members[n["pool"]] = members.get(n["pool"], 0) + 1
+    for name, pool in pools.items():
+        floor = pool.get("min_nodes") if isinstance(pool, dict) else None
+        if type(floor) is int and floor > members.get(str(name), 0):
+            found.append((("pools", name, "min_nodes"),
+                          f"{floor} is more than the {members.get(str(name), 0)} node(s) the inventory puts in "
+                          f"pool '{name}': the floor could never be kept"))

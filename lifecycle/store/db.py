@@ -157,7 +157,7 @@ node_changes = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("node", sa.String(63), nullable=False, index=True),  # the name now
     sa.Column("serial", sa.String(64), nullable=False, index=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # rename | pool | bmc | spec
+    sa.Column("kind", sa.String(16), nullable=False),  # rename | pool | bmc | spec | role-swap
     sa.Column("old", sa.Text, nullable=True),
     sa.Column("new", sa.Text, nullable=True),
     sa.Column("actor", sa.String(16), nullable=False),

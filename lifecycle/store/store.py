@@ -329,12 +329,34 @@ class Store:
             fresh.append((done, (now - since).total_seconds() if since else None))
         return done
 
-    def set_pool(self, name: str, pool: str) -> None:
-        """Record the pool a node serves (role swap); the state machine is untouched."""
+    def set_pool(self, name: str, pool: str, actor: Actor = Actor.WORKFLOW, reason: str = "") -> bool:
+        """Record the pool a node serves (role swap), with a ``pool`` change row; the state is untouched.
+
+        The same pool again changes nothing and records nothing (False): a step replayed after a
+        crash moves the node once.
+        """
         with self._tx() as conn:
-            res = conn.execute(sa.update(db.nodes).where(db.nodes.c.name == name).values(pool=pool))
-            if res.rowcount != 1:
+            row = conn.execute(sa.select(db.nodes.c.pool, db.nodes.c.serial).where(db.nodes.c.name == name)).first()
+            if row is None:
                 raise NodeNotFound(name)
+            if row.pool == pool:
+                return False
+            conn.execute(sa.update(db.nodes).where(db.nodes.c.name == name).values(pool=pool))
+            conn.execute(sa.insert(db.node_changes).values(
+                node=name, serial=row.serial, kind="pool", old=row.pool, new=pool, actor=actor.value,
+                reason=redact(reason)[:500], at=_now()))
+            return True
+
+    def record_change(self, name: str, kind: str, old: str | None, new: str | None, actor: Actor,
+                      reason: str) -> None:
+        """A row of the node's record history that is not a state move (``role-swap``: its phase times)."""
+        with self._tx() as conn:
+            row = conn.execute(sa.select(db.nodes.c.serial).where(db.nodes.c.name == name)).first()
+            if row is None:
+                raise NodeNotFound(name)
+            conn.execute(sa.insert(db.node_changes).values(
+                node=name, serial=row.serial, kind=kind[:16], old=old, new=new, actor=actor.value,
+                reason=redact(reason)[:500], at=_now()))
 
     # ------------------------------------------------------------ acceptance
 

@@ -65,6 +65,9 @@ def test_base_is_valid() -> None:
     assert [n.name for n in inv.nodes] == ["n01", "n02"]
     assert inv.nodes[1].bmc.host == "127.0.0.1"
     assert inv.pool("quarantine").scheduler == "none"
+    assert inv.pool("training").min_nodes == 0 and inv.pool("training").retest_level == "quick"
+    floor = parse_inventory(BASE.replace("    partition: train\n", "    partition: train\n    min_nodes: 1\n"))
+    assert floor.pool("training").min_nodes == 1
 
 
 def test_example_site_loads(repo_dir: Path) -> None:
@@ -99,6 +102,10 @@ CASES = [
     ("unknown-field", "    mgmt_ip: 10.1.0.2\n", "    mgmt_ip: 10.1.0.2\n    colour: red\n", ("colour: red", 0), "nodes[1](n02).colour", "unknown field"),
     ("duplicate-key", "    rack: r01\n    u: 2", "    rack: r01\n    rack: r01\n    u: 2", ("rack: r01", 2), "nodes[1](n02).rack", "duplicate key"),
     ("slurm-pool-no-partition", "    partition: train\n", "", ("training:", 0), "pools.training", "needs 'partition'"),
+    ("floor-above-members", "    partition: train\n", "    partition: train\n    min_nodes: 2\n", ("min_nodes: 2", 0), "pools.training.min_nodes", "more than the 1 node(s)"),
+    ("negative-floor", "    partition: train\n", "    partition: train\n    min_nodes: -1\n", ("min_nodes: -1", 0), "pools.training.min_nodes", "greater than or equal to 0"),
+    ("floor-string", "    partition: train\n", "    partition: train\n    min_nodes: '1'\n", ("min_nodes: '1'", 0), "pools.training.min_nodes", "valid integer"),
+    ("bad-retest-level", "    partition: train\n", "    partition: train\n    retest_level: soak\n", ("retest_level: soak", 0), "pools.training.retest_level", "'quick', 'standard' or 'full'"),
     ("bad-bmc-address", "address: 127.0.0.1:6230", "address: 'host;id:6230'", ("host;id", 0), "nodes[1](n02).bmc.address", "not a host name"),
 ]
 
