@@ -25,6 +25,11 @@ What the workflows guarantee on top of the power-saving mechanics:
   leaves it ``lent``. Otherwise the node switches role, registers with Slurm
   and only racklife's own drain/down is lifted.
 
+The Kubernetes side is the join and leave of :mod:`lifecycle.workflows.kube_pool`
+(the same steps the role swap and ``racklife kube join`` run): a reclaim's drain
+runs as the run that holds the cordon, so a node someone else cordoned is never
+drained.
+
 The node's role switch itself is the site's hook
 (``lifecycle.drivers.slurm.role``); in the lab it stops or boots a slurmd and
 registers a Node object in the Kubernetes stand-in.
@@ -34,19 +39,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dbos import DBOS
 
 from lifecycle.drivers.errors import DriverError, OperationFailed
-from lifecycle.drivers.kube.base import NotOurs as KubeNotOurs
-from lifecycle.drivers.kube.types import EvictionBackoff
 from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver
 from lifecycle.drivers.slurm.role import CommandRoleSwitch, Role
 from lifecycle.drivers.slurm.runner import CommandRunner
+from lifecycle.model.skus import SKUS
 from lifecycle.model.states import IllegalTransition
 from lifecycle.store import StoreError, shared_store
+from lifecycle.workflows import kube_pool
+from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.node_ops import current_run_id, node_state, transition
 from lifecycle.workflows.retry import step
 
@@ -84,12 +89,6 @@ class ElasticOutcome:
 
 def _slurm() -> SlurmDriver:
     return SlurmDriver(CommandRunner())
-
-
-def _kube(settings: ElasticSettings) -> Any:
-    from lifecycle.drivers.kube.api import KubeApiDriver
-
-    return KubeApiDriver.from_kubeconfig(Path(settings.kubeconfig))
 
 
 def _poll(cond: Any, timeout_s: float, what: str, target: str) -> None:
@@ -138,58 +137,31 @@ def switch_role(node: str, role: str, settings: dict[str, Any]) -> str:
     return CommandRoleSwitch(s.role_cmd).switch(node, target)
 
 
-@step(idempotent=True)
+def kube_settings(settings: dict[str, Any]) -> KubeSettings:
+    s = ElasticSettings.from_dict(settings)
+    return KubeSettings(s.kubeconfig, ready_timeout_s=s.register_timeout_s, poll_s=0.5)
+
+
 def kube_serve(node: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """Wait for the node's kubelet, give it the lend pool's labels/taints, lift racklife's old cordon."""
-    s = ElasticSettings.from_dict(settings)
-    pool = shared_store().pool(s.lend_pool)
-    if pool.scheduler != "kubernetes":
-        raise OperationFailed(node, f"lend pool '{s.lend_pool}' is not a Kubernetes pool")
-    kube = _kube(s)
-    try:
-        def ready() -> bool:
-            try:
-                return bool(kube.node(node).ready)
-            except OperationFailed:
-                return False  # not registered yet
-        _poll(ready, s.register_timeout_s, "the kubelet to register the node Ready", node)
-        change = kube.set_pool(node, s.lend_pool, pool.labels, pool.taints)
-        current = kube.node(node)
-        action = "already"
-        if current.unschedulable:
-            owner = current.owner
-            if owner.kind != "racklife" or not owner.run_id:
-                raise KubeNotOurs(node, owner, current_run_id())
-            action = kube.uncordon(node, owner.run_id).action
-        return {"pool": s.lend_pool, "labels_set": dict(change.labels_set), "uncordon": action}
-    finally:
-        kube.close()
+    """The Kubernetes join (kube_pool steps): Ready with every GPU, the pool's labels and taints, cordon lifted."""
+    ks = kube_settings(settings)
+    pool = settings["lend_pool"]
+    return {"ready": kube_pool.kube_wait_ready(node, SKUS[shared_store().get(node).sku].gpu_count, ks),
+            "pool": kube_pool.kube_set_pool(node, pool, ks), "uncordon": kube_pool.kube_lift_own_cordon(node, ks)}
 
 
-@step(idempotent=False)  # its deadline is the reclaim's: never started twice
 def kube_evict(node: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """Cordon (owned by this run) and evict every pod through the Eviction API, up to the deadline."""
-    s = ElasticSettings.from_dict(settings)
-    kube = _kube(s)
-    try:
-        cordon = kube.cordon(node, current_run_id(), "reclaimed by Slurm")
-        report = kube.drain(node, deadline_s=s.reclaim_deadline_s,
-                            backoff=EvictionBackoff(first_s=0.5, max_s=5.0))
-        return {"cordon": cordon.action, "evicted": list(report.evicted), "skipped": dict(report.skipped),
-                "blocked": dict(report.blocked), "terminating": list(report.terminating),
-                "eviction_calls": report.eviction_calls, "waited_s": round(report.waited_s, 2),
-                "complete": report.complete}
-    finally:
-        kube.close()
+    """The Kubernetes leave's steps (kube_pool): cordon owned by this run, then drain as that run.
 
-
-@step(idempotent=True)
-def kube_uncordon(node: str, settings: dict[str, Any]) -> str:
-    kube = _kube(ElasticSettings.from_dict(settings))
-    try:
-        return str(kube.uncordon(node, current_run_id()).action)
-    finally:
-        kube.close()
+    A node someone else cordoned is left with its pods: the drain is never started.
+    """
+    ks = kube_settings(settings)
+    cordon = kube_pool.kube_cordon(node, "reclaimed by Slurm", ks)
+    if cordon["action"] == "foreign":
+        return {"cordon": "foreign", "complete": False,
+                "error": f"cordoned by {cordon['owner']}: racklife leaves the node and its pods"}
+    report = kube_pool.kube_drain(node, ElasticSettings.from_dict(settings).reclaim_deadline_s, ks)
+    return {"cordon": cordon["action"], **report}
 
 
 @step(idempotent=True)
@@ -303,7 +275,9 @@ def reclaim_node(node: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 def _lift_own_cordon(out: ElasticOutcome, node: str, settings: dict[str, Any]) -> None:
     """After a blocked reclaim the node keeps serving Kubernetes: lift this run's cordon."""
+    if out.steps.get("evict", {}).get("cordon") == "foreign":
+        return  # not ours to lift
     try:
-        out.steps["uncordon"] = kube_uncordon(node, settings)
+        out.steps["uncordon"] = kube_pool.kube_lift_own_cordon(node, kube_settings(settings))
     except DriverError as exc:
         out.steps["uncordon"] = {"error": exc.message}

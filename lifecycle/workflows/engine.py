@@ -42,7 +42,9 @@ from lifecycle.store import connect, db
 # version are not replayed by this code: a controller marks them failed (leasing.sweep).
 # 0.5: the one-time network boot is its own (retried) step, set_network_boot, before the
 # power cycle (boot_attempt, run once); steps declare idempotency (workflows/retry.py).
-APP_VERSION = "racklife-0.5"
+# 0.6: elastic lend/reclaim run the Kubernetes join/leave steps of kube_pool (wait_ready, set
+# pool, lift own cordon; cordon, drain as the run) instead of their own.
+APP_VERSION = "racklife-0.6"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None

@@ -139,6 +139,8 @@ def elastic(site16: Inventory, tmp_path_factory: pytest.TempPathFactory, slurm_d
         "RACKLIFE_NODE_ROLE_CMD": shlex.join(role_cmd), "RACKLIFE_RECLAIM_DEADLINE_S": "3",
         "RACKLIFE_ELASTIC_LOG": str(root / "log" / "elastic.log"),
         "RACKLIFE_ELASTIC_LOCK_DIR": str(root / "locks"),
+        # slurmctld runs the programs: they must import the code under test (a worktree's), not the installed one.
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
     }
     lab = LabSlurm(LabSlurmConfig(
         inventory=inventory, root=root, start_nodes=[LENT_A, LENT_B, CRASHED], suspend_time_s=3600, resume_timeout_s=120,
@@ -308,3 +310,30 @@ def test_a_worker_killed_mid_lend_is_finished_by_the_next_one(elastic: Elastic) 
     assert report["ok"] and report["reason"] == "already lent"
     s = elastic.slurm().node(node)
     assert s.state.powered_down and not s.state.drain
+
+
+def test_a_reclaim_never_drains_a_node_someone_else_cordoned(elastic: Elastic) -> None:
+    """kubectl cordon by an admin on a lent node: the reclaim fails closed and evicts nothing."""
+    node = LENT_B
+    if elastic.state(node) != State.LENT:
+        lend(elastic, node)
+    elastic.kube.create_pod("web-0", node, labels={"app": "web"}, owner_kind="ReplicaSet")
+    elastic.kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}},
+                         content_type="application/merge-patch+json")
+    failed = [e for e, _ in elastic.events(node)].count("reclaim_fail")
+    program = elastic.lab.run_inside(
+        [sys.executable, "-m", "lifecycle.workflows.elastic_worker", "resume-program", node],
+        env=elastic.lab.env() | dict(elastic.lab.config.power_env),
+    )
+    assert program.returncode == 0, program.stderr
+    wait_for(lambda: [e for e, _ in elastic.events(node)].count("reclaim_fail") > failed, 90,
+             "the reclaim to refuse", elastic)
+    assert elastic.state(node) == State.LENT
+    pod = elastic.kube.request("GET", "/api/v1/namespaces/default/pods/web-0")
+    assert pod["spec"]["nodeName"] == node and "deletionTimestamp" not in pod["metadata"], pod["metadata"]
+    kube = elastic.kube_driver()
+    try:
+        k = kube.node(node)
+        assert k.unschedulable and k.owner.kind == "other", k.owner  # the admin's cordon stays
+    finally:
+        kube.close()
