@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def apply_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Converge the fleet on its inventory as far as workflows exist and blockers allow."""
+    from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
     from lifecycle.planner import observe
     from lifecycle.planner.apply import ApplySettings, Unavailable, apply
     from lifecycle.planner.fleet import UnknownNodes, plan_fleet
@@ -105,6 +107,8 @@ def apply_cmd(
         with Controller("apply", say=lambda m: err_console.print(m, markup=False)) as ctl:
             boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout, image)
             runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight, kube=kube,
+                                    move_to={n.name: n.pool for n in inv.nodes} if inv is not None else {},
+                                    role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
                                     say=lambda m: err_console.print(m, markup=False))
             report = apply(store, inv, names, sources, runner,
                            ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))

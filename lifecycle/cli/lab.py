@@ -240,6 +240,10 @@ def env(
                 lines.append(f"export SLURM_JWT={q(token)}")
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
+        # The lab's node-role hook (role swap, elastic capacity): stop or boot slurmd, register the Node.
+        hook = [sys.executable, "-m", "lifecycle.lab.slurm_power", "role-switch", "--conf", str(state["slurm_conf"]),
+                "--kubeconfig", str(state["kubeconfig"])]
+        lines.append(f"export RACKLIFE_NODE_ROLE_CMD={q(shlex.join(hook))}")
     else:
         lines.append("# KUBECONFIG: this lab has no Kubernetes stand-in")
     sys.stdout.write("\n".join(lines) + "\n")

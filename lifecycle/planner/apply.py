@@ -26,9 +26,9 @@ from lifecycle.planner.plan import Action, Plan
 from lifecycle.store import Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
-ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.LEAVE, Action.ACCEPT,
-                             Action.JOIN, Action.JOIN_KUBE)
-TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE})
+ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.LEAVE,
+                             Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE)
+TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL})
 MAX_WAVES = 12
 
 

@@ -41,7 +41,6 @@ class Action(StrEnum):
 NOT_YET: dict[Action, str] = {
     Action.REIMAGE: "reimage (reprovision a drained node)",
     Action.SET_LABELS: "set a Kubernetes pool's labels",
-    Action.MOVE_POOL: "role swap",
     Action.UPDATE_FIRMWARE: "firmware update",
     Action.DECOMMISSION: "decommission",
 }

@@ -1,10 +1,11 @@
 """The apply runner: each planned action as durable workflow runs, through the one Controller.
 
 A table maps each action the runner can carry out to how: ``join`` (Slurm),
-``join-kubernetes``, ``leave`` and ``power-on`` are one run per node, started together (bounded by
-``max_in_flight``) and awaited; ``accept`` is one run for the wave's nodes, so
-its multi-node checks can pair them; ``provision`` is one provisioning run
-(bounded by its queue) with the embedded boot server up for its duration.
+``join-kubernetes``, ``move-pool`` (a role swap), ``leave`` and ``power-on``
+are one run per node, started together (bounded by ``max_in_flight``) and
+awaited; ``accept`` is one run for the wave's nodes, so its multi-node checks
+can pair them; ``provision`` is one provisioning run (bounded by its queue)
+with the embedded boot server up for its duration.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 from lifecycle.planner.apply import Done
 from lifecycle.planner.plan import Action
 from lifecycle.store import Store
-from lifecycle.workflows import accept, kube_pool, power, slurm_pool
+from lifecycle.workflows import accept, kube_pool, power, roleswap, slurm_pool
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
 from lifecycle.workflows.controller import Controller
+from lifecycle.workflows.roleswap_checks import SwapSettings
 
 
 @dataclass
@@ -31,10 +33,12 @@ class WorkflowRunner:
     max_in_flight: int = 8
     power: power.PowerOnSettings = field(default_factory=power.PowerOnSettings)
     kube: kube_pool.KubeSettings | None = None  # None: no kubeconfig, so no Kubernetes join
+    move_to: Mapping[str, str] = field(default_factory=dict)  # node -> the pool the inventory gives it
+    role_cmd: tuple[str, ...] = ()  # the site's role-switch hook, for role swaps
     say: Callable[[str], None] = lambda _m: None
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
-        if action is Action.JOIN_KUBE and self.kube is None:
+        if action in (Action.JOIN_KUBE, Action.MOVE_POOL) and self.kube is None:
             return [Done(n, action, False, "", "no kubeconfig: set RACKLIFE_KUBECONFIG or KUBECONFIG") for n in nodes]
         how = _PER_NODE.get(action)
         if how is not None:
@@ -87,6 +91,16 @@ def _join_kube(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., An
     return kube_pool.join_kube_node, (node, r.kube)
 
 
+def _move_pool(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A changed pool is a role swap, with the target pool's re-test level."""
+    assert r.kube is not None
+    target = r.move_to[node]
+    cfg = r.accept_settings(f"role-swap-{os.urandom(6).hex()}")
+    cfg = replace(cfg, level=r.store.pool(target).retest_level, multi_node=False, max_in_flight=1)
+    return roleswap.role_swap, (node, SwapSettings(target=target, operator=cfg.operator, kube=r.kube, accept=cfg,
+                                                   role_cmd=r.role_cmd))
+
+
 def _leave(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return slurm_pool.leave_node, (node, None, None, f"racklife apply: {why}"[:200])
 
@@ -98,6 +112,7 @@ def _power_on(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any
 _PER_NODE: dict[Action, Callable[[WorkflowRunner, str, str], tuple[Callable[..., Any], tuple[Any, ...]]]] = {
     Action.JOIN: _join,
     Action.JOIN_KUBE: _join_kube,
+    Action.MOVE_POOL: _move_pool,
     Action.LEAVE: _leave,
     Action.POWER_ON: _power_on,
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from lifecycle.workflows import accept, elastic, engine, kube_pool, node_ops, power, provision, slurm_pool
+from lifecycle.workflows import accept, elastic, engine, kube_pool, node_ops, power, provision, roleswap, slurm_pool
 
 # Importing a workflow module registers its workflows with DBOS.
-MODULES = (accept, elastic, kube_pool, node_ops, power, provision, slurm_pool)
+MODULES = (accept, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool)
 
 
 def launch(url: str | None = None, role: str = "cli") -> str:

@@ -1,0 +1,159 @@
+"""`racklife role-swap NODE… --to POOL`: move nodes between the Slurm and Kubernetes pools, one safe run each.
+
+Every node is one durable run (``lifecycle.workflows.roleswap``) holding its
+lease: pre-checks, leave, move and role switch, re-test, join, and a
+rollback or quarantine on failure. ``--dry-run`` runs the same pre-checks
+without the engine and lists what the leave would touch; it changes nothing.
+A request cut off by a killed controller is finished by the next
+``racklife role-swap`` (the recovered run is awaited before anything new
+starts on its node). Exit codes: 0 every node swapped, 1 a swap failed
+(rolled back or quarantined), 2 bad input, 5 refused by a pre-check.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import (
+    BAD_INPUT,
+    FAILED,
+    REFUSED,
+    JsonOpt,
+    emit_json,
+    emit_table,
+    err_console,
+    fail,
+    out_console,
+)
+from lifecycle.cli.kube import KubeconfigOpt
+from lifecycle.store.db import default_home
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h`` in seconds; anything else is a ValueError naming the option."""
+    m = _DURATION.match(text.strip())
+    if m is None:
+        raise ValueError(f"--deadline must be a duration like 90s, 30m or 2h, not {text!r}")
+    return float(m[1]) * _UNIT_S[m[2]]
+
+
+def role_swap_cmd(
+    nodes: list[str] = typer.Argument(..., help="Node names, each in service in the other pool."),
+    to: str = typer.Option(..., "--to", help="The pool to move to (e.g. inference or training)."),
+    policy: str | None = typer.Option(None, "--policy", help="Slurm leave: wait | requeue (default: the pool's)."),
+    deadline: str | None = typer.Option(None, "--deadline",
+                                        help="How long the leave waits for jobs or PodDisruptionBudgets (30m)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the pre-checks; change nothing."),
+    kubeconfig: Path | None = KubeconfigOpt,
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG"),
+    profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE"),
+    burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON"),
+    operator: str | None = typer.Option(None, "--operator", help="Who asks (default: the login name)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."""
+    from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
+    from lifecycle.store import NodeNotFound, Store, StoreError
+    from lifecycle.workflows.accept import AcceptSettings
+    from lifecycle.workflows.kube_pool import KubeSettings
+    from lifecycle.workflows.roleswap_checks import SwapSettings, plan_lines, prechecks, touched
+
+    if policy is not None and policy not in ("wait", "requeue"):
+        fail(f"--policy must be wait or requeue, not {policy!r}", BAD_INPUT)
+    try:
+        deadline_s = parse_duration(deadline) if deadline is not None else None
+    except ValueError as exc:
+        fail(str(exc), BAD_INPUT)
+    if kubeconfig is None or not kubeconfig.is_file():
+        fail("no kubeconfig: give --kubeconfig or set RACKLIFE_KUBECONFIG or KUBECONFIG (a role swap always "
+             "reads the Kubernetes side)", BAD_INPUT)
+    names = list(dict.fromkeys(nodes))
+    who = operator or getpass.getuser()
+    store = Store()
+    try:
+        for n in names:
+            store.get(n)
+        target = store.pool(to)
+    except (NodeNotFound, StoreError) as exc:
+        store.close()
+        fail(str(exc), BAD_INPUT)
+    work = default_home() / "acceptance" / f"role-swap-{os.urandom(6).hex()}"
+    settings = SwapSettings(
+        target=to, operator=who, kube=KubeSettings(str(kubeconfig.resolve())),
+        accept=AcceptSettings(level=target.retest_level, work_dir=str(work), report_dir=str(work / "reports"),
+                              operator=who, ssh_config=str(ssh_config.resolve()), profile=profile,
+                              burnin_python=burnin_python, max_in_flight=len(names), multi_node=False),
+        role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))), policy=policy, deadline_s=deadline_s,
+        batch=tuple(names))
+    if dry_run:
+        try:
+            report = [{"node": n, "plan": plan_lines(store, n, settings),
+                       **prechecks(store, n, settings).to_dict(), "would_touch": touched(store, n, settings)}
+                      for n in names]
+        finally:
+            store.close()
+        _print_dry_run(report, as_json)
+        return
+    store.close()
+    outcomes = _run(names, settings)
+    _print(outcomes, as_json)
+
+
+def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
+    from lifecycle.workflows import roleswap
+    from lifecycle.workflows.controller import Controller
+
+    with Controller("role-swap", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        cut_off = {r.args[0]: r for r in ctl.cut_off("role_swap") if r.args}
+        handles = []
+        for n in names:
+            if n in cut_off:
+                # The same node's swap, cut off earlier: finish that run rather than start a second one.
+                err_console.print(f"{n}: finishing role swap run {cut_off[n].run_id}, cut off earlier, with the "
+                                  "settings it started with", markup=False)
+                handles.append(ctl.handle(cut_off[n].run_id))
+            else:
+                handles.append(ctl.start(roleswap.role_swap, n, settings, nodes=[n]))
+        return [h.get_result() for h in handles]
+
+
+def _print_dry_run(report: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        emit_json({"dry_run": True, "nodes": report})
+    else:
+        for r in report:
+            out_console.print(f"{r['node']}: {r['source']} -> plan (dry run, nothing changed):", markup=False)
+            for i, line in enumerate(r["plan"], 1):
+                out_console.print(f"  {i}. {line}", markup=False, soft_wrap=True)
+            for c in r["checks"]:
+                out_console.print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}", markup=False,
+                                  soft_wrap=True)
+            for t in r["would_touch"] or ["nothing running on it"]:
+                out_console.print(f"  would touch: {t}", markup=False, soft_wrap=True)
+    if not all(r["ok"] for r in report):
+        raise typer.Exit(REFUSED)
+
+
+def _print(outcomes: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        emit_json(outcomes)
+    else:
+        emit_table("role swap", ["node", "result", "from", "to", "state", "phases", "reason"],
+                   [(o["node"], "ok" if o["ok"] else "FAILED" if o["phases"] else "REFUSED", o["source"], o["target"],
+                     o["state"],
+                     ", ".join(f"{k} {v:.1f}s" for k, v in o["phases"].items()), o["reason"][:300])
+                    for o in outcomes])
+    if all(o["ok"] for o in outcomes):
+        return
+    refused = all(o["ok"] or not o["phases"] for o in outcomes)
+    raise typer.Exit(REFUSED if refused else FAILED)
