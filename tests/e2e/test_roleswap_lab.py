@@ -171,7 +171,7 @@ def test_inference_to_training_waits_for_a_budget_then_completes(lab: RunningLab
     assert not o["ok"] and "llm-0" in o["reason"] and "PodDisruptionBudget default/llm" in o["reason"], o
     assert o["state"] == "in_service" and o["pool"] == "inference", o  # rolled back: serving Kubernetes again
     assert not kube.request("GET", "/api/v1/nodes/node-03")["spec"].get("unschedulable")
-    kube.request("DELETE", "/api/v1/namespaces/default/poddisruptionbudgets/llm")
+    kube.request("DELETE", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/llm")
     code, out = swap(lab, "node-03", "--to", "training", "--deadline", "60s")
     assert code == 0, out
     assert out[0]["state"] == "in_service" and out[0]["pool"] == "training", out
@@ -212,7 +212,7 @@ def test_training_to_inference_requeues_the_job_which_completes_elsewhere(lab: R
     blocker = sbatch(lab, "-w", "node-03", "--exclusive", "--wrap", "sleep 15")
     job = sbatch(lab, "--exclusive", "--requeue", "--wrap", "sleep 20")
     wait_for(lambda: job_state(lab, job) == ("RUNNING", "node-01"), 30, "the job to run on node-01")
-    code, out = swap(lab, "node-01", "--to", "inference", "--policy", "requeue")
+    code, out = swap(lab, "node-01", "--to", "inference", "--policy", "requeue", "--deadline", "0s")
     assert code == 0, out
     assert out[0]["ok"] and out[0]["pool"] == "inference", out
     touched = {j["job_id"]: j for j in out[0]["leave"]["report"]["jobs"]}
