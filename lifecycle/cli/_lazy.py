@@ -63,8 +63,7 @@ COMMANDS: dict[str, Entry] = {
     "kube": Entry("kube", "app", "Kubernetes objects racklife renders (GPU Operator, Slinky)."),
     "metrics": Entry("metrics", "app", "Prometheus metrics computed from the store."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
-                       "Move nodes between the Slurm and Kubernetes pools: leave, re-test, join; roll back or "
-                       "quarantine on failure."),
+                       "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
     "status": Entry("status", "status_cmd",
                     "Show the fleet: pools and GPU capacity, nodes per state, running workflows and their "
                     "current step."),
