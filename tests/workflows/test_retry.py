@@ -25,7 +25,7 @@ from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, OperationFai
 from lifecycle.drivers.slurm.driver import NotOurs
 from lifecycle.drivers.slurm.types import DrainOwner
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
-from lifecycle.workflows import accept, elastic, leasing, node_ops, provision, retry, slurm_pool
+from lifecycle.workflows import accept, elastic, kube_pool, leasing, node_ops, provision, retry, roleswap, slurm_pool
 from lifecycle.workflows.retry import Retrier, RetryPolicy, is_idempotent, step, using
 
 TREE = "dmtf-public-rackmount1"
@@ -146,8 +146,11 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
                    node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
                    slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty,
                    elastic.lendable_pool, elastic.slurm_hold, elastic.slurm_release, elastic.switch_role,
-                   elastic.kube_serve, elastic.kube_evict, elastic.kube_uncordon,
-                   elastic.acceptance_record_id, elastic.slurm_registered, accept.burn_in,
+                   kube_pool.kube_holder, kube_pool.kube_wait_ready, kube_pool.kube_set_pool,
+                   kube_pool.kube_lift_own_cordon, kube_pool.kube_cordon, kube_pool.kube_drain,
+                   elastic.acceptance_record_id, elastic.slurm_registered, roleswap.now, roleswap.swap_checks,
+                   roleswap.move_pool, roleswap.swap_role, roleswap.lift_own_drain, roleswap.record_swap,
+                   accept.burn_in,
                    accept.multi_node, accept.judge_and_record, accept.quarantine_in_slurm,
                    accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases)
     }
@@ -155,8 +158,8 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
     # The side effects that must not repeat (a power cycle, requeueing or cancelling jobs, a role
     # switch) and the waits whose deadline a retry would stretch.
     assert [n for n, ok in declared.items() if not ok] == [
-        "boot_attempt", "drain_and_empty", "switch_role", "kube_evict", "slurm_registered", "burn_in",
-        "multi_node", "judge_and_record"]
+        "boot_attempt", "drain_and_empty", "switch_role", "kube_wait_ready", "kube_drain", "slurm_registered",
+        "swap_role", "burn_in", "multi_node", "judge_and_record"]
     # And no step anywhere bypasses the declaration with a bare DBOS step.
     root = Path(provision.__file__).resolve().parents[1]
     bare = [str(f.relative_to(root)) for f in root.rglob("*.py")
