@@ -32,7 +32,10 @@ fi
 # (listening on :9090 with a default config) is not wanted.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO systemctl disable --now prometheus
+  # No --now: on a machine without systemd as PID 1 (containers, CI) stopping needs the bus and fails;
+  # disabling only edits the unit links and works everywhere. Stop it separately where it runs.
+  $SUDO systemctl disable prometheus
+  if [ -d /run/systemd/system ]; then $SUDO systemctl stop prometheus; fi
 fi
 
 if [ ! -x .bootstrap/venv/bin/nox ]; then
