@@ -70,10 +70,10 @@ def test_workflow_steps_and_transitions_logged_as_json_without_the_credentials(r
     url = f"sqlite:///{tmp_path / 'rl.sqlite'}"
     scripted.build(repo_dir, url).close()
     log = tmp_path / "events.jsonl"
-    done = subprocess.run([sys.executable, str(repo_dir / "tests" / "service" / "runs_app.py"), url],
+    done = subprocess.run([sys.executable, "-m", "tests.service.runs_app", url],
                           env=os.environ | {"RACKLIFE_DB": url, "RACKLIFE_EVENT_LOG": str(log),
                                             "RACKLIFE_DBOS_LOG_LEVEL": "DEBUG"},
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=repo_dir)
     assert done.returncode == 0, done.stderr
     docs = lines(log.read_text())
     steps = [(d["step"], d["node"], d["outcome"]) for d in docs if d["kind"] == "step"]

@@ -106,8 +106,8 @@ def test_an_unreadable_store_fails_the_scrape(tmp_path: Path, store: Store) -> N
 
 def test_workflow_runs_from_dbos_status_table(store: Store, url: str, repo_dir: Path) -> None:
     env = os.environ | {"RACKLIFE_DB": url}
-    done = subprocess.run([sys.executable, str(repo_dir / "tests" / "service" / "runs_app.py"), url],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "tests.service.runs_app", url],
+                          cwd=repo_dir, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     samples, _ = parse(metrics.render(store))
 

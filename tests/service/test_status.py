@@ -44,9 +44,9 @@ def test_a_running_workflow_shows_its_steps_and_leased_nodes(repo_dir: Path, tmp
     scripted.build(repo_dir, url).close()
     work = tmp_path / "work"
     work.mkdir()
-    app = subprocess.Popen([sys.executable, str(repo_dir / "tests" / "service" / "runs_app.py"), url, "hold",
+    app = subprocess.Popen([sys.executable, "-m", "tests.service.runs_app", url, "hold",
                             str(work)], env=os.environ | {"RACKLIFE_DB": url},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo_dir)
     try:
         deadline = time.monotonic() + 60
         while not (work / "holding").exists():
