@@ -104,7 +104,7 @@ def admin(lab: RunningLab) -> KubeAdmin:
     return KubeAdmin.from_kubeconfig(Path(lab.env["KUBECONFIG"]))
 
 
-def test_a_dry_run_prints_the_plan_and_changes_nothing(lab: RunningLab) -> None:
+def _a_dry_run_prints_the_plan_and_changes_nothing(lab: RunningLab) -> None:
     job = sbatch(lab, "-w", "node-03", "--wrap", "sleep 20")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
     before = len(history(lab, "node-03"))
@@ -121,7 +121,7 @@ def test_a_dry_run_prints_the_plan_and_changes_nothing(lab: RunningLab) -> None:
     wait_for(lambda: job_state(lab, job)[0] == "GONE", 90, "the job to end")
 
 
-def test_a_swap_that_breaks_the_floor_is_refused_with_the_numbers(lab: RunningLab, tmp_path: Path) -> None:
+def _a_swap_that_breaks_the_floor_is_refused_with_the_numbers(lab: RunningLab, tmp_path: Path) -> None:
     doc = yaml.safe_load(lab.inventory.read_text())
     doc["pools"]["training"]["min_nodes"] = 3
     floored = tmp_path / "inventory.yaml"
@@ -140,7 +140,7 @@ def test_a_swap_that_breaks_the_floor_is_refused_with_the_numbers(lab: RunningLa
         assert lab.racklife("inventory", "import", str(lab.inventory)).returncode == 0
 
 
-def test_training_to_inference_waits_for_the_running_job(lab: RunningLab, tmp_path: Path) -> None:
+def _training_to_inference_waits_for_the_running_job(lab: RunningLab, tmp_path: Path) -> None:
     job = sbatch(lab, "-w", "node-03", "--wrap", "sleep 20")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
     code, out = swap(lab, "node-03", "--to", "inference", "--policy", "wait", "--deadline", "2m")
@@ -161,7 +161,7 @@ def test_training_to_inference_waits_for_the_running_job(lab: RunningLab, tmp_pa
     assert "drain wait" in rows[-1]["reason"] and "retest" in rows[-1]["reason"] and "join" in rows[-1]["reason"]
 
 
-def test_inference_to_training_waits_for_a_budget_then_completes(lab: RunningLab) -> None:
+def _inference_to_training_waits_for_a_budget_then_completes(lab: RunningLab) -> None:
     kube = admin(lab)
     kube.create_pod("llm-0", "node-03", labels={"app": "llm"}, owner_kind="ReplicaSet")
     kube.create_pdb("llm", {"app": "llm"}, min_available=1)
@@ -187,7 +187,7 @@ def store_state(lab: RunningLab, name: str) -> str:
         store.close()
 
 
-def test_the_controller_killed_in_the_drain_wait_is_finished_exactly_once(lab: RunningLab) -> None:
+def _the_controller_killed_in_the_drain_wait_is_finished_exactly_once(lab: RunningLab) -> None:
     job = sbatch(lab, "-w", "node-02", "--wrap", "sleep 25")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
     with subprocess.Popen([EXE, "role-swap", "node-02", "--to", "inference", "--policy", "wait", "--json"],
@@ -208,7 +208,7 @@ def test_the_controller_killed_in_the_drain_wait_is_finished_exactly_once(lab: R
     assert [h["event"] for h in history(lab, "node-02")].count("pool") == 1
 
 
-def test_training_to_inference_requeues_the_job_which_completes_elsewhere(lab: RunningLab) -> None:
+def _training_to_inference_requeues_the_job_which_completes_elsewhere(lab: RunningLab) -> None:
     blocker = sbatch(lab, "-w", "node-03", "--exclusive", "--wrap", "sleep 15")
     job = sbatch(lab, "--exclusive", "--requeue", "--wrap", "sleep 20")
     wait_for(lambda: job_state(lab, job) == ("RUNNING", "node-01"), 30, "the job to run on node-01")
@@ -222,7 +222,7 @@ def test_training_to_inference_requeues_the_job_which_completes_elsewhere(lab: R
     subprocess.run(["scancel", blocker], env=lab.env, check=False, timeout=15)
 
 
-def test_a_retest_failure_quarantines_and_does_not_join(lab: RunningLab) -> None:
+def _a_retest_failure_quarantines_and_does_not_join(lab: RunningLab) -> None:
     res = lab.racklife("lab", "fault", "node-03", "xid79", "--dir", str(lab.dir))
     assert res.returncode == 0, res.stderr
     code, out = swap(lab, "node-03", "--to", "inference")
@@ -237,7 +237,7 @@ def test_a_retest_failure_quarantines_and_does_not_join(lab: RunningLab) -> None
     assert "drain" in sinfo(lab, "node-03")[0]  # and takes no jobs
 
 
-def test_apply_of_a_changed_pool_is_a_role_swap(lab: RunningLab) -> None:
+def _apply_of_a_changed_pool_is_a_role_swap(lab: RunningLab) -> None:
     """The lab's own inventory still says node-01 and node-02 are training nodes: apply swaps them back.
 
     The earlier tests of this module move them to inference by hand, but xdist does not promise that they ran
@@ -259,3 +259,18 @@ def test_apply_of_a_changed_pool_is_a_role_swap(lab: RunningLab) -> None:
         assert res.returncode == 1 and not report["converged"], report
     else:
         assert res.returncode == 0 and report["converged"], report
+
+
+SCENARIOS = [(_a_dry_run_prints_the_plan_and_changes_nothing, False), (_a_swap_that_breaks_the_floor_is_refused_with_the_numbers, True), (_training_to_inference_waits_for_the_running_job, True), (_inference_to_training_waits_for_a_budget_then_completes, False), (_the_controller_killed_in_the_drain_wait_is_finished_exactly_once, False), (_training_to_inference_requeues_the_job_which_completes_elsewhere, False), (_a_retest_failure_quarantines_and_does_not_join, False), (_apply_of_a_changed_pool_is_a_role_swap, False)]
+
+
+def test_role_swap_scenarios_in_order(lab: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The scenarios share one lab and each starts where the one before left the nodes.
+
+    They are one test, run in this order: as separate tests xdist did not keep their file order in CI.
+    """
+    for scenario, wants_tmp in SCENARIOS:
+        if wants_tmp:
+            scenario(lab, tmp_path_factory.mktemp(scenario.__name__.strip("_")))
+        else:
+            scenario(lab)  # type: ignore[call-arg]
