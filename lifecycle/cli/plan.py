@@ -12,9 +12,8 @@ from pathlib import Path
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, fail, out_console
-from lifecycle.cli.inventory import load_or_exit
-from lifecycle.store import Store, StoreError
+from lifecycle.cli._common import FAILED, JsonOpt, emit_json, err_console, out_console
+from lifecycle.cli.refresh import against_store
 
 
 def plan_cmd(
@@ -24,20 +23,9 @@ def plan_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Plan the fleet against its inventory; change nothing."""
-    from lifecycle.planner import observe
-    from lifecycle.planner.fleet import UnknownNodes, plan_fleet
+    from lifecycle.planner.fleet import plan_fleet
 
-    inv = load_or_exit(inventory, as_json) if inventory is not None else None
-    names = [n for n in nodes.split(",") if n] if nodes is not None else None
-    store = Store()
-    try:
-        result = plan_fleet(store, inv, names, observe.default_sources(firmware=firmware))
-    except (UnknownNodes, StoreError) as exc:
-        if as_json:
-            emit_json({"error": str(exc)})
-        fail(str(exc), BAD_INPUT)
-    finally:
-        store.close()
+    result = against_store(plan_fleet, inventory, nodes, firmware, as_json)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -8,13 +8,40 @@ Exit codes: 0 no drift, 1 drift (an unreadable source counts), 2 bad input.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.store import Store, StoreError
+
+if TYPE_CHECKING:
+    from lifecycle.model.inventory import Inventory
+    from lifecycle.planner.observe import Sources
+
+T = TypeVar("T")
+
+
+def against_store(run: Callable[[Store, Inventory | None, Sequence[str] | None, Sources], T],
+                  inventory: Path | None, nodes: str | None, firmware: bool, as_json: bool) -> T:
+    """What `refresh` and `plan` share: the inventory and node list read, ``run`` on the store, bad input exit 2."""
+    from lifecycle.planner import observe
+    from lifecycle.planner.fleet import UnknownNodes
+
+    inv = load_or_exit(inventory, as_json) if inventory is not None else None
+    names = [n for n in nodes.split(",") if n] if nodes is not None else None
+    store = Store()
+    try:
+        return run(store, inv, names, observe.default_sources(firmware=firmware))
+    except (UnknownNodes, StoreError) as exc:
+        if as_json:
+            emit_json({"error": str(exc)})
+        fail(str(exc), BAD_INPUT)
+    finally:
+        store.close()
 
 
 def refresh_cmd(
@@ -26,20 +53,10 @@ def refresh_cmd(
 ) -> None:
     """Observe every node from every source, store it, and report drift without acting."""
     from lifecycle.planner import observe
-    from lifecycle.planner.fleet import UnknownNodes, refresh
+    from lifecycle.planner.fleet import refresh
     from lifecycle.planner.observed import drift
 
-    inv = load_or_exit(inventory, as_json) if inventory is not None else None
-    names = [n for n in nodes.split(",") if n] if nodes is not None else None
-    store = Store()
-    try:
-        fresh = refresh(store, inv, names, observe.default_sources(firmware=firmware))
-    except (UnknownNodes, StoreError) as exc:
-        if as_json:
-            emit_json({"error": str(exc)})
-        fail(str(exc), BAD_INPUT)
-    finally:
-        store.close()
+    fresh = against_store(refresh, inventory, nodes, firmware, as_json)
     seen, wants = fresh.observations, fresh.wants
     found = [d for o in seen for d in drift(o, wants[o.node])]
     if as_json:
