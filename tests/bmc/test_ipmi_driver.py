@@ -6,7 +6,18 @@ from datetime import timedelta
 
 import pytest
 
-from lifecycle.drivers.bmc.base import BootDevice, BootMode, PowerAction, PowerState
+from lifecycle.drivers.bmc.base import (
+    BiosInterface,
+    BootDevice,
+    BootMode,
+    Capability,
+    EraseInterface,
+    FirmwareInterface,
+    PowerAction,
+    PowerState,
+    VirtualMediaInterface,
+    require,
+)
 from lifecycle.drivers.errors import AuthFailed, NotSupported, OperationFailed
 from tests.bmc.ipmi_fixtures import POWER_DELAY_S, Lab, ipmi_lab_fixture  # noqa: F401 - fixture
 
@@ -127,14 +138,17 @@ def test_sel_read_filter_and_clear(ipmi_lab: Lab) -> None:
     assert ipmi_lab.bmc.calls[(0x0A, 0x47)] == 1
 
 
-def test_what_ipmi_cannot_do_says_so(ipmi_lab: Lab) -> None:
+def test_what_ipmi_cannot_do_it_does_not_offer(ipmi_lab: Lab) -> None:
+    """IPMI's hardware type is power, boot and inventory: the other interfaces are absent (not
+    methods that raise), and asking for one names the driver and points at Redfish."""
     driver = ipmi_lab.driver()
-    for call in (driver.bios_attributes, lambda: driver.set_bios_attributes({"a": 1}),
-                 lambda: driver.virtual_media_insert("http://x/iso"), driver.virtual_media_eject,
-                 lambda: driver.firmware_update("http://x/fw.bin"),
-                 lambda: driver.secure_erase("nvme0")):
-        with pytest.raises(NotSupported, match="Redfish"):
-            call()
+    assert driver.capabilities == {Capability.POWER, Capability.BOOT, Capability.INVENTORY}
+    for interface in (FirmwareInterface, BiosInterface, VirtualMediaInterface, EraseInterface):
+        assert not isinstance(driver, interface)
+        with pytest.raises(NotSupported, match="the ipmi driver offers boot, inventory, power"
+                           r".*Redfish"):
+            require(driver, interface)
+    assert not hasattr(driver, "firmware_update")
     assert sum(ipmi_lab.bmc.calls.values()) == 0  # nothing was sent
 
 

@@ -1,9 +1,15 @@
-"""The BMC interface every implementation (Redfish, IPMI, fake) provides.
+"""The BMC interfaces, one per concern, that implementations (Redfish, IPMI, fake) compose.
 
-Like an Ironic hardware type, the interface is small and typed; each method
-maps to one lifecycle need. Results are frozen dataclasses, never raw JSON,
-so workflows do not depend on a vendor's tree. Errors are those of
-``lifecycle.drivers.errors``.
+As in ironic, a *hardware type* is a list of per-concern interfaces: power,
+boot, inventory, firmware, BIOS, virtual media, erase. ``BmcDriver`` has the
+three every BMC offers; a driver class adds the others by inheriting their
+interface, so whether a node can take a firmware or BIOS step is known before
+the step is planned (``capabilities``, ``require``; ``factory.supports`` for an
+inventory node), instead of discovered as ``NotSupported`` half-way through a
+rollout. IPMI has power, boot and a limited inventory only.
+
+Results are frozen dataclasses, never raw JSON, so workflows do not depend on
+a vendor's tree. Errors are those of ``lifecycle.drivers.errors``.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
-from lifecycle.drivers.errors import AuthFailed
+from lifecycle.drivers.errors import AuthFailed, NotSupported
 from lifecycle.model.redact import register
 
 
@@ -93,6 +100,9 @@ class Firmware:
     name: str
     version: str
     updateable: bool | None = None
+    # The BMC's handle for the component (Redfish: the member's @odata.id, an update's Target);
+    # not part of what a version comparison compares.
+    id: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -180,14 +190,45 @@ def resolve_credentials(ref: str, target: str) -> Credentials:
     return Credentials(user, password)
 
 
-class BmcDriver(abc.ABC):
-    """One BMC, one system. Implementations translate vendor errors into DriverError."""
+class Capability(StrEnum):
+    """What a BMC can be asked to do, one per interface (ironic's interface kinds)."""
 
+    POWER = "power"
+    BOOT = "boot"
+    INVENTORY = "inventory"  # hardware inventory, sensors, health, the event log
+    FIRMWARE = "firmware"
+    BIOS = "bios"
+    VIRTUAL_MEDIA = "virtual_media"
+    ERASE = "erase"
+
+
+class BiosApplyTime(StrEnum):
+    """When staged BIOS settings take effect (Redfish ``@Redfish.SettingsApplyTime``)."""
+
+    IMMEDIATE = "Immediate"
+    ON_RESET = "OnReset"
+
+
+class UpdateMethod(StrEnum):
+    """How an image reaches the BMC: it fetches a URL (SimpleUpdate) or we push it."""
+
+    PULL = "pull"  # UpdateService.SimpleUpdate with an ImageURI the BMC downloads
+    PUSH = "push"  # a multipart POST to UpdateService.MultipartHttpPushUri
+
+
+@dataclass(frozen=True)
+class BiosStaged:
+    """What ``set_bios_attributes`` did: the attributes it staged and when they apply."""
+
+    changed: dict[str, object]
+    apply_time: BiosApplyTime
+
+
+class _Interface(abc.ABC):
     target: str  # address (and system) for messages; never includes credentials
 
-    def validate(self) -> None:  # noqa: B027 - optional cheap check, no I/O by default
-        """Check required settings without touching the BMC (Ironic's validate())."""
 
+class PowerInterface(_Interface):
     @abc.abstractmethod
     def power_state(self) -> PowerState: ...
 
@@ -195,9 +236,15 @@ class BmcDriver(abc.ABC):
     def power(self, action: PowerAction) -> None:
         """Idempotent: asking for the state the system is already in returns without a call."""
 
+
+class BootInterface(_Interface):
     @abc.abstractmethod
     def set_boot(self, device: BootDevice, *, once: bool = True,
                  mode: BootMode = BootMode.UEFI) -> None: ...
+
+
+class InventoryInterface(_Interface):
+    """Hardware inventory, sensors, health and the event log: what a BMC reports."""
 
     @abc.abstractmethod
     def inventory(self) -> HardwareInventory: ...
@@ -220,28 +267,119 @@ class BmcDriver(abc.ABC):
     @abc.abstractmethod
     def clear_event_log(self) -> None: ...
 
+
+class FirmwareInterface(_Interface):
+    @abc.abstractmethod
+    def firmware_inventory(self) -> list[Firmware]:
+        """Every component the BMC reports (Redfish ``UpdateService/FirmwareInventory``)."""
+
+    @abc.abstractmethod
+    def update_methods(self) -> tuple[UpdateMethod, ...]:
+        """The ways this BMC takes an image, preferred first; empty when it takes none."""
+
+    @abc.abstractmethod
+    def firmware_update(self, image_url: str, targets: list[str] | None = None,
+                        progress: ProgressCallback | None = None) -> TaskProgress:
+        """SimpleUpdate from ``image_url``; follow its task to the end; return the last state."""
+
+    @abc.abstractmethod
+    def firmware_push(self, image: Path, targets: list[str] | None = None,
+                      progress: ProgressCallback | None = None) -> TaskProgress:
+        """Push ``image`` (multipart HTTP push); follow its task to the end."""
+
+
+class BiosInterface(_Interface):
     @abc.abstractmethod
     def bios_attributes(self) -> dict[str, object]: ...
 
     @abc.abstractmethod
-    def set_bios_attributes(self, attributes: dict[str, object]) -> None:
-        """Stage attributes; they apply at the next reboot (Redfish Bios/Settings)."""
+    def bios_pending_attributes(self) -> dict[str, object]:
+        """Attributes staged and not yet applied (empty when nothing is pending)."""
 
+    @abc.abstractmethod
+    def set_bios_attributes(self, attributes: dict[str, object], *,
+                            apply_time: BiosApplyTime | None = None) -> BiosStaged:
+        """Stage attributes (Redfish Bios/Settings) to apply at ``apply_time`` (None: the
+        BMC's default, OnReset where it says nothing). Attributes already so are left out."""
+
+
+class VirtualMediaInterface(_Interface):
     @abc.abstractmethod
     def virtual_media_insert(self, url: str) -> None: ...
 
     @abc.abstractmethod
     def virtual_media_eject(self) -> None: ...
 
-    @abc.abstractmethod
-    def firmware_update(self, image_url: str, targets: list[str] | None = None,
-                        progress: ProgressCallback | None = None) -> TaskProgress:
-        """Start the update and follow its task to the end; return the final task state."""
 
+class EraseInterface(_Interface):
     @abc.abstractmethod
     def secure_erase(self, drive_id: str,
                      progress: ProgressCallback | None = None) -> TaskProgress:
         """Erase, follow the task to the end, then read the drive back to verify."""
 
-    def close(self) -> None:  # noqa: B027 - drivers without sessions need nothing
+
+# Each capability is one interface; a hardware type is the set it inherits.
+INTERFACES: dict[Capability, type[_Interface]] = {
+    Capability.POWER: PowerInterface,
+    Capability.BOOT: BootInterface,
+    Capability.INVENTORY: InventoryInterface,
+    Capability.FIRMWARE: FirmwareInterface,
+    Capability.BIOS: BiosInterface,
+    Capability.VIRTUAL_MEDIA: VirtualMediaInterface,
+    Capability.ERASE: EraseInterface,
+}
+
+
+class BmcDriver(PowerInterface, BootInterface, InventoryInterface):
+    """One BMC, one system: a hardware type, composed of per-concern interfaces.
+
+    Every BMC racklife drives has power, boot and inventory; firmware, BIOS, virtual media
+    and erase are interfaces a hardware type adds by inheriting them (Redfish does, IPMI
+    does not). Ask ``capabilities`` (or ``factory.supports`` for an inventory node, without
+    touching the BMC) before planning a step. Implementations translate vendor errors into
+    DriverError.
+    """
+
+    hardware_type: str = "unknown"
+
+    def validate(self) -> None:
+        """Check required settings without touching the BMC (Ironic's validate())."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return capabilities_of(type(self))
+
+    def close(self) -> None:
         """Log out and release connections."""
+
+
+def capabilities_of(cls: type[object]) -> frozenset[Capability]:
+    """The capabilities a driver class implements (the interfaces it inherits)."""
+    return frozenset(c for c, iface in INTERFACES.items() if issubclass(cls, iface))
+
+
+Iface = TypeVar("Iface", bound=_Interface)
+
+_STEP_WORDS: dict[Capability, str] = {
+    Capability.POWER: "power control", Capability.BOOT: "the boot device",
+    Capability.INVENTORY: "inventory", Capability.FIRMWARE: "firmware update",
+    Capability.BIOS: "BIOS settings", Capability.VIRTUAL_MEDIA: "virtual media",
+    Capability.ERASE: "secure erase",
+}
+
+
+def not_supported_message(hardware_type: str, capability: Capability,
+                          has: frozenset[Capability]) -> str:
+    """One wording for "this BMC cannot", used by the driver check and the planning check."""
+    offered = ", ".join(sorted(c.value for c in has)) or "nothing"
+    return (f"{_STEP_WORDS[capability]} needs a BMC with the {capability.value} interface; "
+            f"the {hardware_type} driver offers {offered} (use Redfish for this node)")
+
+
+def require(driver: BmcDriver, interface: type[Iface]) -> Iface:
+    """``driver`` as ``interface``, or ``NotSupported`` saying which driver lacks what."""
+    if isinstance(driver, interface):
+        return driver
+    capability = next(c for c, i in INTERFACES.items() if i is interface)
+    raise NotSupported(driver.target, not_supported_message(
+        driver.hardware_type, capability, driver.capabilities))

@@ -14,17 +14,23 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
 
 from lifecycle.drivers.bmc.base import (
+    BiosApplyTime,
+    BiosInterface,
+    BiosStaged,
     BmcDriver,
     BootDevice,
     BootMode,
     Cpu,
     Drive,
+    EraseInterface,
     Firmware,
+    FirmwareInterface,
     Gpu,
     HardwareInventory,
     Health,
@@ -36,6 +42,8 @@ from lifecycle.drivers.bmc.base import (
     SensorReading,
     SystemInfo,
     TaskProgress,
+    UpdateMethod,
+    VirtualMediaInterface,
 )
 from lifecycle.drivers.errors import (
     AuthFailed,
@@ -95,8 +103,16 @@ class _Injected:
 
 
 @dataclass
-class FakeBmc(BmcDriver):
-    """One fake system. Power, boot, BIOS and logs are state; time comes from ``clock``."""
+class FakeBmc(BmcDriver, FirmwareInterface, BiosInterface, VirtualMediaInterface, EraseInterface):
+    """One fake system with every interface, as a Redfish BMC has. Power, boot, BIOS, firmware
+    and logs are state; time comes from ``clock``.
+
+    A firmware update installs ``next_versions[component]`` (the image's version, which a real
+    BMC reads from the image): a component without one keeps its version, as a BMC that
+    accepted an image and did not apply it does. ``fail_tasks`` ends every task in Exception.
+    """
+
+    hardware_type = "fake"
 
     target: str = "fake://bmc"
     clock: Callable[[], float] = time.monotonic
@@ -114,6 +130,10 @@ class FakeBmc(BmcDriver):
     boot: tuple[BootDevice, bool, BootMode] | None = None  # (device, once, mode)
     media: str | None = None
     bios_pending: dict[str, object] = field(default_factory=dict)
+    bios_apply_times: tuple[BiosApplyTime, ...] = (BiosApplyTime.ON_RESET, BiosApplyTime.IMMEDIATE)
+    methods: tuple[UpdateMethod, ...] = (UpdateMethod.PULL, UpdateMethod.PUSH)
+    next_versions: dict[str, str] = field(default_factory=dict)
+    fail_tasks: bool = False
     _pending: list[tuple[float, str]] = field(default_factory=list)
     _faults: list[_Injected] = field(default_factory=list)
 
@@ -232,15 +252,28 @@ class FakeBmc(BmcDriver):
         self._enter("bios_attributes")
         return dict(self.bios)
 
-    def set_bios_attributes(self, attributes: dict[str, object]) -> None:
+    def bios_pending_attributes(self) -> dict[str, object]:
+        self._enter("bios_pending")
+        return dict(self.bios_pending)
+
+    def set_bios_attributes(self, attributes: dict[str, object], *,
+                            apply_time: BiosApplyTime | None = None) -> BiosStaged:
         self._enter("set_bios_attributes")
         unknown = sorted(set(attributes) - set(self.bios))
         if unknown:
             raise OperationFailed(self.target, f"unknown BIOS attributes: {', '.join(unknown)}")
-        changes = {k: v for k, v in attributes.items() if self.bios.get(k) != v}
+        chosen = apply_time or self.bios_apply_times[0]
+        if chosen not in self.bios_apply_times:
+            raise NotSupported(self.target, f"apply time {chosen} is not offered")
+        changes = {k: v for k, v in attributes.items()
+                   if self.bios_pending.get(k, self.bios.get(k)) != v}
         if changes:
             self.requests.append("bios:set")
-            self.bios_pending.update(changes)
+            if chosen is BiosApplyTime.IMMEDIATE:
+                self.bios.update(changes)
+            else:
+                self.bios_pending.update(changes)
+        return BiosStaged(changes, chosen)
 
     def virtual_media_insert(self, url: str) -> None:
         self._enter("virtual_media_insert")
@@ -256,21 +289,53 @@ class FakeBmc(BmcDriver):
 
     def _task(self, name: str, progress: ProgressCallback | None) -> TaskProgress:
         for percent in (0, 50, 100):
-            state = "Completed" if percent == 100 else "Running"
+            state = "Running" if percent < 100 else "Exception" if self.fail_tasks else "Completed"
             update = TaskProgress(name, state, percent)
             if progress is not None:
                 progress(update)
             if percent < 100:
                 self.sleep(self.power_delay_s)
+        if self.fail_tasks:
+            raise OperationFailed(self.target, f"task {name} ended Exception")
         return update
+
+    def firmware_inventory(self) -> list[Firmware]:
+        self._enter("firmware_inventory")
+        return list(self.hardware.firmware)
+
+    def update_methods(self) -> tuple[UpdateMethod, ...]:
+        self._enter("update_methods")
+        return self.methods
+
+    def _install(self, targets: list[str] | None) -> None:
+        installed = [replace(f, version=self.next_versions.get(f.name, f.version))
+                     if not targets or f.id in targets or f.name in targets else f
+                     for f in self.hardware.firmware]
+        self.hardware = replace(self.hardware, firmware=installed)
 
     def firmware_update(self, image_url: str, targets: list[str] | None = None,
                         progress: ProgressCallback | None = None) -> TaskProgress:
         self._enter("firmware_update")
+        if UpdateMethod.PULL not in self.methods:
+            raise NotSupported(self.target, "no SimpleUpdate")
         if not image_url.startswith(("http://", "https://")):
             raise OperationFailed(self.target, "image URL must be http:// or https://")
         self.requests.append("firmware:update")
-        return self._task("fw-1", progress)
+        done = self._task("fw-1", progress)
+        self._install(targets)
+        return done
+
+    def firmware_push(self, image: Path, targets: list[str] | None = None,
+                      progress: ProgressCallback | None = None) -> TaskProgress:
+        self._enter("firmware_push")
+        if UpdateMethod.PUSH not in self.methods:
+            raise NotSupported(self.target, "no MultipartHttpPushUri")
+        if not image.is_file():
+            raise OperationFailed(self.target, f"cannot read {image}")
+        self.requests.append("firmware:push")
+        done = self._task("fw-1", progress)
+        self._install(targets)
+        return done
 
     def secure_erase(self, drive_id: str,
                      progress: ProgressCallback | None = None) -> TaskProgress:

@@ -1,9 +1,11 @@
 """The IPMI implementation of ``BmcDriver``, over RMCP+ (IPMI 2.0 LAN) with pyghmi.
 
 Why it exists: older or cheaper BMCs, and some BMCs with Redfish switched off, still answer only
-IPMI. IPMI covers power, the boot device, sensors, the SEL and FRU inventory; everything else of
-the interface (BIOS settings, virtual media, firmware update, secure erase, HTTP boot) raises
-``NotSupported`` with a message that points at Redfish.
+IPMI. IPMI covers power, the boot device, sensors, the SEL and FRU inventory: the hardware type
+is ``BmcDriver``'s power, boot and inventory interfaces and nothing more, so a workflow sees
+before it plans a step that firmware, BIOS, virtual media and erase need Redfish
+(``base.require``, ``factory.supports``). HTTP boot, which IPMI boot flags cannot name, raises
+``NotSupported``.
 
 pyghmi has its own retransmit loop (about six seconds before it gives up on a silent peer); that
 is the only retry inside the driver: a step that gets ``Unreachable`` may be retried by the
@@ -42,10 +44,8 @@ from lifecycle.drivers.bmc.base import (
     LogEntry,
     PowerAction,
     PowerState,
-    ProgressCallback,
     SensorReading,
     SystemInfo,
-    TaskProgress,
 )
 from lifecycle.drivers.errors import (
     AuthFailed,
@@ -117,7 +117,6 @@ _AUTH_WORDS = ("password", "unauthorized", "rakp", "privilege", "invalid role")
 # Completion codes that mean "ask for less" on Read FRU Data (ipmi_sim answers C8h above ~32 B).
 _FRU_TOO_BIG = (0xC7, 0xC8, 0xC9, 0xCA)
 _FRU_CHUNK = 224  # pyghmi's choice: most BMCs accept it
-_NOT_IN_IPMI = "IPMI has no standard command for this; use the BMC's Redfish service"
 DEFAULT_PORT = 623
 
 
@@ -139,6 +138,8 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class IpmiDriver(BmcDriver):
     """One BMC over IPMI 2.0 LAN (RMCP+). The session opens on first use."""
+
+    hardware_type = "ipmi"
 
     def __init__(self, address: str, credentials: Credentials, *,
                  command_factory: Callable[..., Any] = pyghmi_command.Command) -> None:
@@ -372,27 +373,6 @@ class IpmiDriver(BmcDriver):
             self._raw(cmd, 0x0A, 0x47, (rsv[0], rsv[1], *b"CLR", 0xAA))
 
         self._call("clear SEL", clear)
-
-    # -- what IPMI cannot do
-    def bios_attributes(self) -> dict[str, object]:
-        raise NotSupported(self.target, f"BIOS attributes: {_NOT_IN_IPMI}")
-
-    def set_bios_attributes(self, attributes: dict[str, object]) -> None:
-        raise NotSupported(self.target, f"BIOS attributes: {_NOT_IN_IPMI}")
-
-    def virtual_media_insert(self, url: str) -> None:
-        raise NotSupported(self.target, f"virtual media: {_NOT_IN_IPMI}")
-
-    def virtual_media_eject(self) -> None:
-        raise NotSupported(self.target, f"virtual media: {_NOT_IN_IPMI}")
-
-    def firmware_update(self, image_url: str, targets: list[str] | None = None,
-                        progress: ProgressCallback | None = None) -> TaskProgress:
-        raise NotSupported(self.target, f"firmware update: {_NOT_IN_IPMI}")
-
-    def secure_erase(self, drive_id: str,
-                     progress: ProgressCallback | None = None) -> TaskProgress:
-        raise NotSupported(self.target, f"secure erase: {_NOT_IN_IPMI}")
 
 
 def _health_word(bits: int) -> str:

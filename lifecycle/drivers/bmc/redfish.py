@@ -1,20 +1,20 @@
-"""The Redfish implementation of ``BmcDriver``, for every vendor's BMC.
+"""The Redfish hardware type, for every vendor's BMC: every interface racklife has.
 
-Paths are discovered from the service root and the links of the chosen
-ComputerSystem; nothing assumes ``Systems/1``. Each public method reads the
-actual state first and sends nothing when the BMC is already where it was
-asked to go (power, boot override, BIOS attributes, virtual media). Long
-operations (firmware update, secure erase) follow their Task to the end.
-I/O, retries and error translation live in ``redfish_transport``; JSON
-mapping in ``redfish_parse``; vendor vocabulary in ``redfish_quirks``.
+``RedfishDriver`` composes the parts, as an ironic hardware type does: power, boot,
+inventory (with sensors, health, the event log), virtual media and erase here; firmware in
+``redfish_firmware``; BIOS in ``redfish_bios``; the session, system discovery, actions and
+Task following they share in ``redfish_base``. Each public method reads the actual state
+first and sends nothing when the BMC is already where it was asked to go (power, boot
+override, BIOS attributes, virtual media). I/O, retries and error translation live in
+``redfish_transport``; JSON mapping in ``redfish_parse``; vendor vocabulary in
+``redfish_quirks``.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any
 
 from lifecycle.drivers.bmc import redfish_inventory as inv
 from lifecycle.drivers.bmc import redfish_parse as parse
@@ -22,7 +22,7 @@ from lifecycle.drivers.bmc.base import (
     BmcDriver,
     BootDevice,
     BootMode,
-    Credentials,
+    EraseInterface,
     HardwareInventory,
     Health,
     LogEntry,
@@ -31,140 +31,22 @@ from lifecycle.drivers.bmc.base import (
     ProgressCallback,
     SensorReading,
     TaskProgress,
+    VirtualMediaInterface,
 )
-from lifecycle.drivers.bmc.redfish_quirks import (
-    BOOT_TARGETS,
-    POWER_STATES,
-    RESET_TYPES,
-    TASK_DONE,
-    VendorQuirks,
-    quirks_for,
-)
-from lifecycle.drivers.bmc.redfish_transport import (
-    Clock,
-    RedfishTransport,
-    Reply,
-    SystemClock,
-    TaskPolling,
-)
-from lifecycle.drivers.errors import NotSupported, OperationFailed, Unreachable
+from lifecycle.drivers.bmc.redfish_bios import RedfishBios
+from lifecycle.drivers.bmc.redfish_firmware import RedfishFirmware
+from lifecycle.drivers.bmc.redfish_quirks import BOOT_TARGETS, POWER_STATES, RESET_TYPES
+from lifecycle.drivers.errors import NotSupported, OperationFailed
 
 LOG = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
-class RedfishDriver(BmcDriver):
+class RedfishDriver(RedfishFirmware, RedfishBios, BmcDriver, VirtualMediaInterface,
+                    EraseInterface):
     """One ComputerSystem behind one Redfish service."""
 
-    def __init__(self, address: str, credentials: Credentials, *, verify_tls: bool = True,
-                 system_id: str | None = None, timeout: float = 10.0,
-                 auth: Literal["session", "basic"] = "session",
-                 tasks: TaskPolling | None = None, clock: Clock | None = None) -> None:
-        self.address = address if "://" in address else f"https://{address}"
-        self.system_id = system_id
-        parts = urlsplit(self.address)
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no userinfo
-        self.target = shown + (f" system {system_id}" if system_id else "")
-        self._credentials = credentials
-        self._verify_tls = verify_tls
-        self._timeout = timeout
-        self._auth = auth
-        self._tasks = tasks or TaskPolling()
-        self._clock = clock or SystemClock()
-        self._transport: RedfishTransport | None = None
-        self._system_path: str | None = None
-        self._quirks: VendorQuirks | None = None
-        self._action_infos: dict[str, Json | None] = {}
-
-    # --- plumbing ---------------------------------------------------------------------------
-
-    def validate(self) -> None:
-        parts = urlsplit(self.address)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise OperationFailed(self.target, "address must be http(s)://host[:port]")
-        if parts.username or parts.password:
-            raise OperationFailed(self.target, "credentials do not belong in the address")
-        if self._auth not in ("session", "basic"):
-            raise OperationFailed(self.target, f"unknown auth method {self._auth!r}")
-
-    @property
-    def transport(self) -> RedfishTransport:
-        if self._transport is None:
-            self.validate()
-            self._transport = RedfishTransport(
-                self.address, self._credentials, verify_tls=self._verify_tls,
-                timeout=self._timeout, auth=self._auth,
-                target=self.target)
-        return self._transport
-
-    @property
-    def reader(self) -> inv.Reader:
-        return inv.Reader(self.transport, self._quirks)
-
-    def system_path(self) -> str:
-        if self._system_path is None:
-            systems = parse.link(self.transport.root, "Systems")
-            if systems is None:
-                raise NotSupported(self.target, "the service root links no Systems")
-            paths = parse.members(self.transport.get(systems))
-            if self.system_id is not None:
-                chosen = [p for p in paths if p == self.system_id
-                          or p.rstrip("/").rsplit("/", 1)[-1] == self.system_id]
-                if not chosen:
-                    raise NotSupported(self.target, f"no system {self.system_id!r}; the BMC "
-                                       f"has {', '.join(paths) or 'none'}")
-            elif len(paths) != 1:
-                raise OperationFailed(self.target, f"the BMC manages {len(paths)} systems "
-                                      f"({', '.join(paths)}); choose one with system_id")
-            else:
-                chosen = paths
-            self._system_path = chosen[0]
-        return self._system_path
-
-    def system(self) -> Json:
-        system = self.transport.get(self.system_path())
-        if self._quirks is None:
-            self._quirks = quirks_for(self.transport.root, system)
-        return system
-
-    def quirks(self, system: Json | None = None) -> VendorQuirks:
-        if self._quirks is None:
-            self._quirks = quirks_for(self.transport.root, system or self.system())
-        return self._quirks
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-
-    def _patch(self, path: str, resource: Json, body: Json) -> Reply:
-        etag = resource.get("@odata.etag")
-        headers = {"If-Match": str(etag)} if etag else None
-        return self.transport.request("PATCH", path, body, headers)
-
-    def _action(self, resource: Json, name: str) -> tuple[str, Json]:
-        action = (resource.get("Actions") or {}).get(name)
-        if not isinstance(action, dict) or not action.get("target"):
-            raise NotSupported(self.target, f"{resource.get('@odata.id')} offers no {name}")
-        return str(action["target"]), action
-
-    def _allowed(self, action: Json, parameter: str) -> list[str] | None:
-        inline = action.get(f"{parameter}@Redfish.AllowableValues")
-        if isinstance(inline, list):
-            return [str(v) for v in inline]
-        info = self._action_info(action.get("@Redfish.ActionInfo"))
-        for param in (info or {}).get("Parameters", []):
-            if param.get("Name") == parameter and isinstance(param.get("AllowableValues"), list):
-                return [str(v) for v in param["AllowableValues"]]
-        return None
-
-    def _action_info(self, path: str | None) -> Json | None:
-        # ActionInfo describes what an action accepts, not state: read once per driver.
-        if not path:
-            return None
-        if path not in self._action_infos:
-            self._action_infos[path] = self.reader.optional(path)
-        return self._action_infos[path]
+    hardware_type = "redfish"
 
     # --- power and boot ---------------------------------------------------------------------
 
@@ -259,34 +141,6 @@ class RedfishDriver(BmcDriver):
         target, _ = self._action(self._log_service(), "#LogService.ClearLog")
         self.transport.request("POST", target, {})
 
-    # --- BIOS -----------------------------------------------------------------------------------
-
-    def _bios(self) -> tuple[str, Json]:
-        path = parse.link(self.system(), "Bios")
-        if path is None:
-            raise NotSupported(self.target, "the system links no Bios")
-        return path, self.transport.get(path)
-
-    def bios_attributes(self) -> dict[str, object]:
-        _, bios = self._bios()
-        attributes = bios.get("Attributes")
-        if not isinstance(attributes, dict):
-            raise NotSupported(self.target, "the Bios resource has no Attributes")
-        return dict(attributes)
-
-    def set_bios_attributes(self, attributes: dict[str, object]) -> None:
-        _, bios = self._bios()
-        settings_path = parse.link(bios, "@Redfish.Settings", "SettingsObject")
-        if settings_path is None:
-            raise NotSupported(self.target, "the Bios has no settings object to stage changes")
-        current = bios.get("Attributes") or {}
-        settings = self.reader.optional(settings_path) or {}
-        pending = settings.get("Attributes") or {}
-        changes = {k: v for k, v in attributes.items()
-                   if pending.get(k, current.get(k, object())) != v}
-        if changes:
-            self._patch(settings_path, settings, {"Attributes": changes})
-
     # --- virtual media --------------------------------------------------------------------------
 
     def _cd(self) -> Json:
@@ -329,25 +183,7 @@ class RedfishDriver(BmcDriver):
         else:
             self._patch(str(media["@odata.id"]), media, {"Image": None, "Inserted": False})
 
-    # --- tasks: firmware update and secure erase ---------------------------------------------
-
-    def firmware_update(self, image_url: str, targets: list[str] | None = None,
-                        progress: ProgressCallback | None = None) -> TaskProgress:
-        update = self.reader.optional(parse.link(self.transport.root, "UpdateService"))
-        if update is None:
-            raise NotSupported(self.target, "the service root links no UpdateService")
-        target, desc = self._action(update, "#UpdateService.SimpleUpdate")
-        body: Json = {"ImageURI": image_url}
-        protocols = self._allowed(desc, "TransferProtocol")
-        scheme = urlsplit(image_url).scheme.upper()
-        if protocols is not None and scheme:
-            if scheme not in protocols:
-                raise NotSupported(self.target, f"the BMC cannot fetch {scheme} images "
-                                   f"(allowed: {', '.join(protocols)})")
-            body["TransferProtocol"] = scheme
-        if targets:
-            body["Targets"] = targets
-        return self._follow(self.transport.request("POST", target, body), progress)
+    # --- secure erase ---------------------------------------------------------------------------
 
     def secure_erase(self, drive_id: str,
                      progress: ProgressCallback | None = None) -> TaskProgress:
@@ -361,45 +197,3 @@ class RedfishDriver(BmcDriver):
             raise OperationFailed(self.target, f"drive {drive_id} reads back as "
                                   f"{status.get('State')}/{status.get('Health')} after erase")
         return result
-
-    def _follow(self, reply: Reply, progress: ProgressCallback | None) -> TaskProgress:
-        """Poll the TaskMonitor (or the Task) until the task ends; report each step."""
-        monitor = reply.headers.get("location")
-        task_path = reply.body.get("@odata.id") if "TaskState" in reply.body else None
-        if reply.status != 202 and "TaskState" not in reply.body:
-            return TaskProgress(task_id="", state="Completed", percent=100)
-        poll = monitor or task_path
-        if not poll:
-            raise OperationFailed(self.target, "the BMC accepted the request but named no task")
-        policy = self._tasks
-        deadline = self._clock.monotonic() + policy.timeout_s
-        body, status, headers = reply.body, reply.status, reply.headers
-        while True:
-            step = parse.task_progress(body, fallback_id=str(poll).rstrip("/").rsplit("/", 1)[-1])
-            if status in (200, 201, 204) and monitor and "TaskState" not in body:
-                # The monitor answered with the operation's own result: the task is over.
-                if task_path:
-                    step = parse.task_progress(self.transport.get(str(task_path)),
-                                               fallback_id=step.task_id)
-                else:
-                    step = TaskProgress(step.task_id, "Completed", 100, step.messages)
-            if progress is not None:
-                progress(step)
-            if step.state in TASK_DONE:
-                if TASK_DONE[step.state]:
-                    return step
-                raise OperationFailed(self.target, f"task {step.task_id} ended {step.state}: "
-                                      + "; ".join(step.messages))
-            if self._clock.monotonic() > deadline:
-                raise Unreachable(self.target, f"task {step.task_id} still {step.state} after "
-                                  f"{policy.timeout_s:.0f}s")
-            wait = headers.get("retry-after")
-            self._clock.sleep(float(wait) if wait and wait.isdigit() else policy.poll_s)
-            try:
-                next_reply = self.transport.request("GET", str(poll))
-            except NotSupported:
-                if poll == task_path or not task_path:
-                    raise
-                poll, monitor = task_path, None  # monitor gone: read the task itself
-                next_reply = self.transport.request("GET", str(poll))
-            body, status, headers = next_reply.body, next_reply.status, next_reply.headers

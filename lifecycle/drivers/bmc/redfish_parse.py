@@ -160,7 +160,8 @@ def firmware(resource: Json) -> Firmware:
     updateable = resource.get("Updateable")
     return Firmware(name=text(resource.get("Name")) or text(resource.get("Id")),
                     version=text(resource.get("Version")),
-                    updateable=updateable if isinstance(updateable, bool) else None)
+                    updateable=updateable if isinstance(updateable, bool) else None,
+                    id=opt_text(resource.get("@odata.id")))
 
 
 def _reading(name: str, kind: str, value: Any, unit: str, status: Any) -> SensorReading:

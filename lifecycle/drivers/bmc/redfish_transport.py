@@ -47,6 +47,8 @@ from lifecycle.drivers.errors import (
 
 LOG = logging.getLogger(__name__)
 Json = dict[str, Any]
+# A JSON object, or the parts of a multipart/form-data body (the library encodes those).
+Body = Json | list[tuple[str, Any]]
 
 
 class Clock(Protocol):
@@ -151,12 +153,17 @@ class RedfishTransport:
     def get(self, path: str) -> Json:
         return self.request("GET", path).body
 
-    def request(self, method: str, path: str, body: Json | None = None,
+    def request(self, method: str, path: str, body: Body | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
         """Send with authentication; re-login once on 401; raise DriverError on failure."""
         reply = self._authed(method, path, body, headers)
         self._checked(method, path, reply)
         return reply
+
+    def upload(self, path: str, parts: list[tuple[str, tuple[str | None, str | bytes, str]]]
+               ) -> Reply:
+        """POST a multipart/form-data body (Redfish ``MultipartHttpPushUri``); sent once."""
+        return self.request("POST", path, list(parts), {"Content-Type": "multipart/form-data"})
 
     def fetch(self, path: str, absent: frozenset[int] = frozenset({404})) -> Json | None:
         """GET that returns None when the BMC answers one of the ``absent`` statuses."""
@@ -165,7 +172,7 @@ class RedfishTransport:
             return None
         return self._checked("GET", path, reply)
 
-    def _authed(self, method: str, path: str, body: Json | None = None,
+    def _authed(self, method: str, path: str, body: Body | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
         if not self._logged_in:
             self.login()
@@ -220,7 +227,7 @@ class RedfishTransport:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, body: Json | None = None,
+    def _send(self, method: str, path: str, body: Body | None = None,
               headers: dict[str, str] | None = None) -> Reply:
         """One request, sent once; no answer becomes ``Unreachable`` (or ``Untrusted``)."""
         self.calls += 1
@@ -238,7 +245,7 @@ class RedfishTransport:
             raise Unreachable(self.target, f"{method} {path}: {type(exc).__name__}") from None
         return self._reply(resp, method, path)
 
-    def _call(self, method: str, path: str, body: Json | None,
+    def _call(self, method: str, path: str, body: Body | None,
               headers: dict[str, str]) -> RestResponse:
         client = self._client
         if method == "GET":
