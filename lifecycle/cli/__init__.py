@@ -6,10 +6,14 @@ import atexit
 import gc
 import os
 import sys
+import traceback
+from typing import NoReturn
 
 import typer
+from typer import _click as click  # typer vendors its own click (0.29): its classes, not the click package
 
-from lifecycle.cli._common import BAD_INPUT, fail, unavailable
+from lifecycle.cli import _common, _output
+from lifecycle.cli._common import BAD_INPUT, INTERNAL, INTERRUPTED, REFUSED, UNAVAILABLE, error_exit, fail
 from lifecycle.cli._help import HELP_OPTION_NAMES
 from lifecycle.cli._lazy import LazyGroup
 from lifecycle.model import events
@@ -64,14 +68,61 @@ def main() -> None:
     # Frozen objects are skipped; the process is ending anyway.
     atexit.register(gc.freeze)
     install_logging_filter()
-    as_json = "--json" in sys.argv[1:]
+    _output.set_current(_output.sniff(sys.argv[1:]))  # parse errors answer in the format asked for
     try:
-        app()
+        code = _run()
+    except typer.Exit as exc:  # an error_exit from a handler below
+        code = exc.exit_code
+    sys.exit(code)
+
+
+def _run() -> int:
+    """Run the command; every way it can end becomes an exit code, never a traceback."""
+    try:
+        rc = app(standalone_mode=False)
+        if rc == INTERRUPTED and not _common.interrupt_reported():  # typer's answer to ^C: exit 130, silently
+            error_exit("interrupted", INTERRUPTED)
+        return rc if isinstance(rc, int) else 0
+    except click.exceptions.UsageError as exc:
+        _usage_error(exc)
+    except typer.Abort:
+        error_exit("not confirmed: nothing was done", REFUSED)
+    except click.ClickException as exc:
+        error_exit(exc.format_message(), exc.exit_code)
+    except KeyboardInterrupt:
+        error_exit("interrupted", INTERRUPTED)
     except Exception as exc:
         message = _store_unavailable(exc)
-        if message is None:
-            raise
-        unavailable(message, as_json)
+        if message is not None:
+            error_exit(message, UNAVAILABLE)
+        driver = _driver_error(exc)
+        if driver is not None:
+            error_exit(str(exc), driver)
+        if os.environ.get("RACKLIFE_DEBUG"):
+            traceback.print_exc()
+        error_exit(f"internal error: {type(exc).__name__}: {exc}", INTERNAL,
+                   hint="this is a bug in racklife; RACKLIFE_DEBUG=1 prints the traceback for a report")
+
+
+def _usage_error(exc: click.exceptions.UsageError) -> NoReturn:
+    """Click's usage message (usage line, error, try -h), or under -o json the envelope."""
+    if _output.current().structured:
+        hint = None
+        if exc.ctx is not None:
+            hint = f"{exc.ctx.command_path} -h for the options"
+        error_exit(exc.format_message(), BAD_INPUT, hint=hint)
+    from typer import rich_utils
+
+    rich_utils.rich_format_error(exc)  # as typer prints it: usage line, the error in a box, "Try -h"
+    raise typer.Exit(exc.exit_code)
+
+
+def _driver_error(exc: Exception) -> int | None:
+    """A driver error past a command (an unreachable BMC, say): its own exit code (3, 4, 5…)."""
+    errors = sys.modules.get("lifecycle.drivers.errors")
+    if errors is not None and isinstance(exc, errors.DriverError):
+        return int(exc.exit_code)
+    return None
 
 
 def _store_unavailable(exc: Exception) -> str | None:

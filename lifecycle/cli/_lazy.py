@@ -25,6 +25,7 @@ from typer._click.exceptions import UsageError
 
 from lifecycle.cli._extras import STAND_IN_SETTINGS, load
 from lifecycle.cli._help import tidy, tidy_params
+from lifecycle.cli._output import add_options as add_output_options
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def _single(name: str, fn: Callable[..., Any], context_settings: Mapping[str, An
 def load_command(name: str) -> click.Command:
     """Import the module of command ``name`` and build its click command (a stand-in if its extra is missing)."""
     cmd = _build(name)
+    add_output_options(cmd)  # -o/--output and --no-headers on every command that prints data
     tidy(cmd, name)
     return cmd
 

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.markup import escape
 
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, out_console
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, error_exit, out_console
 from lifecycle.drivers.bmc.base import (
     BmcDriver,
     BootDevice,
@@ -78,9 +77,7 @@ class _Target:
 
 
 def _error(message: str, code: int) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True,
-                      highlight=False)
-    raise typer.Exit(code)
+    error_exit(message, code)
 
 
 def _bad(message: str) -> NoReturn:

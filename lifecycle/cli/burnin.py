@@ -12,7 +12,7 @@ import typer
 
 from burnin import cli as node_cli
 from burnin.profiles import LEVELS
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, error_exit, fail
 
 app = typer.Typer(help="Node burn-in: GPUs, links and firmware checked against a SKU profile.",
                   no_args_is_help=True)
@@ -55,7 +55,9 @@ def parse(
     if kind not in node_cli.PARSE_KINDS:
         fail(f"unknown parser {kind!r}; known: {', '.join(node_cli.PARSE_KINDS)}", BAD_INPUT)
     code, doc = node_cli.parse_file(kind, file, collective)
-    if json_out or code != 0:
+    if code != 0:
+        error_exit(str(doc.get("reason") or doc), code, file=str(file), extra=doc)
+    if json_out:
         emit_json(doc)
     else:
         emit_table(f"{kind}: {file.name}", ["field", "value"],
@@ -71,10 +73,10 @@ def judge(
 ) -> None:
     """Judge a stored result against a profile (exit 0 only if it passes)."""
     code, doc = node_cli.judge_file(result, profile)
+    if "error" in doc:
+        error_exit(str(doc["error"]), code, file=str(result), extra={k: v for k, v in doc.items() if k != "error"})
     if json_out:
         emit_json(doc)
-    elif "error" in doc:
-        fail(str(doc["error"]), code)
     else:
         emit_table(f"judge {result} against {profile}: {'pass' if doc['passed'] else 'FAIL'}",
                    ["check", "verdict", "measured", "threshold", "reason"],

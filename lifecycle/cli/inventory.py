@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, REFUSED, JsonOpt, emit_json, err_console, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, REFUSED, JsonOpt, emit_json, error_exit, fail, out_console
 from lifecycle.model.inventory import Inventory, InventoryError, load_inventory
 from lifecycle.store import ImportRefused, Store, StoreError
 
@@ -18,15 +18,12 @@ def load_or_exit(path: Path, as_json: bool = False) -> Inventory:
     try:
         return load_inventory(path)
     except InventoryError as exc:
-        if as_json:
-            emit_json({"valid": False, "problems": [
-                {"file": p.file, "line": p.line, "field": p.field, "message": p.message}
-                for p in exc.problems]})
-        else:
-            err_console.print(f"[bold red]{path}: {len(exc.problems)} problem(s):[/]")
-            for p in exc.problems:
-                err_console.print(f"  {p}", markup=False, soft_wrap=True)
-        raise typer.Exit(BAD_INPUT) from None
+        problems = [{"file": p.file, "line": p.line, "field": p.field, "message": p.message} for p in exc.problems]
+        first = exc.problems[0] if exc.problems else None
+        error_exit(f"{path}: {len(exc.problems)} problem(s)", BAD_INPUT,
+                   file=first.file if first else str(path), line=first.line if first else None,
+                   field=first.field if first else None, details={"problems": problems},
+                   extra={"valid": False, "problems": problems}, lines=[str(p) for p in exc.problems])
 
 
 @app.command()
@@ -50,10 +47,8 @@ def import_(file: Path = typer.Argument(..., help="Inventory YAML file."), as_js
     try:
         report = store.import_inventory(inv, reason=f"inventory import from {file}")
     except ImportRefused as exc:
-        if as_json:
-            emit_json({"imported": False, "problems": exc.problems})
-            raise typer.Exit(REFUSED) from None
-        fail(str(exc), REFUSED)
+        error_exit(str(exc), REFUSED, details={"problems": exc.problems},
+                   extra={"imported": False, "problems": exc.problems})
     except StoreError as exc:
         fail(str(exc), REFUSED)
     finally:

@@ -13,12 +13,12 @@ import sys
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import typer
 import yaml
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, error_exit, fail, out_console
 from lifecycle.cli.inventory import load_or_exit
 
 if TYPE_CHECKING:
@@ -55,14 +55,10 @@ _SOURCES: dict[Source, Literal["host", "operator"]] = {Source.host: "host", Sour
 _MIG: dict[Mig, Literal["none", "single", "mixed"]] = {Mig.none: "none", Mig.single: "single", Mig.mixed: "mixed"}
 
 
-def _report(errors: list[Any], as_json: bool, where: str) -> None:
-    if as_json:
-        emit_json({"valid": False, "errors": [
-            {"object": e.object_ref, "field": e.path, "message": e.message} for e in errors]})
-    else:
-        err_console.print(f"[bold red]{where}: {len(errors)} problem(s):[/]")
-        for e in errors:
-            err_console.print(f"  {e}", markup=False, soft_wrap=True)
+def _report(errors: list[Any], as_json: bool, where: str) -> NoReturn:
+    found = [{"object": e.object_ref, "field": e.path, "message": e.message} for e in errors]
+    error_exit(f"{where}: {len(errors)} problem(s)", FAILED, field=found[0]["field"] if found else None,
+               details={"errors": found}, extra={"valid": False, "errors": found}, lines=[str(e) for e in errors])
 
 
 @app.command("render")
@@ -106,7 +102,6 @@ def render_cmd(
     checked = validate(rendered.objects)
     if checked.errors:
         _report(list(checked.errors), as_json, f"rendered {component.value}")
-        raise typer.Exit(FAILED)
     for ref in rendered.secrets:
         # On stderr: stdout stays a document `kubectl apply -f -` takes.
         err_console.print(f"needs Secret {ref.namespace}/{ref.name} key {ref.key}: {ref.purpose}",
@@ -147,7 +142,6 @@ def validate_cmd(
     checked = validate(objects)
     if checked.errors:
         _report(list(checked.errors), as_json, ", ".join(str(f) for f in files))
-        raise typer.Exit(FAILED)
     if as_json:
         emit_json({"valid": True, "objects": [m.ref for m in objects]})
     else:

@@ -255,6 +255,7 @@ def fault(
     profile: str = typer.Argument(..., help=f"One of: {', '.join(PROFILES)}."),
     gpu: int = typer.Option(0, "--gpu", help="GPU (or IB port, for ib-down) the fault hits."),
     lab_dir: Path = DirOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Inject a fault into a running node; its tools answer accordingly from the next call."""
     state = _state_or_exit(lab_dir)
@@ -265,4 +266,7 @@ def fault(
         write_fault(dirs[node], Fault(profile, gpu))
     except ValueError as exc:
         fail(str(exc))
-    out_console.print(f"{node}: {profile}" + ("" if profile == "healthy" else f" (gpu {gpu})"))
+    if as_json:
+        emit_json({"node": node, "fault": profile, "gpu": None if profile == "healthy" else gpu})
+    else:
+        out_console.print(f"{node}: {profile}" + ("" if profile == "healthy" else f" (gpu {gpu})"))

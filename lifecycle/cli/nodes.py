@@ -40,9 +40,9 @@ def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in 
     if as_json:
         emit_json([_summary(r) for r in recs])
         return
-    emit_table(None, ["node", "state", "pool", "rack", "U", "sku", "since"],
-               [(r.name, r.state.value, r.pool, r.rack, r.u, r.sku, f"{r.state_since:%Y-%m-%d %H:%M:%S}")
-                for r in recs])
+    emit_table(None, ["node", "state", "pool", "rack", "U", "sku", "since", "serial", "bmc"],
+               [(r.name, r.state.value, r.pool, r.rack, r.u, r.sku, f"{r.state_since:%Y-%m-%d %H:%M:%S}", r.serial,
+                 (r.spec.get("bmc") or {}).get("address")) for r in recs], wide=("serial", "bmc"))
 
 
 def _get(store: Store, name: str) -> NodeRecord:

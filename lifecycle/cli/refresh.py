@@ -37,8 +37,6 @@ def against_store(run: Callable[[Store, Inventory | None, Sequence[str] | None, 
     try:
         return run(store, inv, names, observe.default_sources(firmware=firmware))
     except (UnknownNodes, StoreError) as exc:
-        if as_json:
-            emit_json({"error": str(exc)})
         fail(str(exc), BAD_INPUT)
     finally:
         store.close()

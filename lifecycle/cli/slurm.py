@@ -19,6 +19,7 @@ from lifecycle.cli._common import (
     emit_json,
     emit_table,
     err_console,
+    error_exit,
     fail,
     out_console,
 )
@@ -53,10 +54,7 @@ def render_cmd(
     try:
         rendered = render(inv, opts)
     except RenderError as exc:
-        if as_json:
-            emit_json({"rendered": False, "error": str(exc)})
-            raise typer.Exit(BAD_INPUT) from None
-        fail(f"slurm render: {exc}", BAD_INPUT)
+        error_exit(f"slurm render: {exc}", BAD_INPUT, extra={"rendered": False})
     out.mkdir(parents=True, exist_ok=True)
     changed: list[str] = []
     for name, text in sorted(rendered.files.items()):

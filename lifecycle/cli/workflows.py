@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
 
 if TYPE_CHECKING:
     from lifecycle.workflows import engine
@@ -44,9 +44,10 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
     if as_json:
         emit_json([_run_json(r) for r in runs])
         return
-    emit_table(None, ["id", "workflow", "status", "created", "executor"],
+    emit_table(None, ["id", "workflow", "status", "created", "executor", "updated", "version", "error"],
                [(r.id, r.name, r.status, f"{r.created_at:%Y-%m-%d %H:%M:%S}" if r.created_at else "",
-                 r.executor) for r in runs])
+                 r.executor, f"{r.updated_at:%Y-%m-%d %H:%M:%S}" if r.updated_at else "", r.app_version,
+                 (r.error or "")[:200]) for r in runs], wide=("updated", "version", "error"))
 
 
 @app.command()
@@ -72,7 +73,8 @@ def show(run_id: str = typer.Argument(..., help="The run id (from `workflows lis
 
 
 @app.command()
-def cancel(run_id: str = typer.Argument(..., help="The run id (from `workflows list`).")) -> None:
+def cancel(run_id: str = typer.Argument(..., help="The run id (from `workflows list`)."),
+           as_json: bool = JsonOpt) -> None:
     """Cancel a run: it stops at its next step boundary and is not recovered."""
     insp = _inspector()
     try:
@@ -81,12 +83,16 @@ def cancel(run_id: str = typer.Argument(..., help="The run id (from `workflows l
         insp.cancel(run_id)
     finally:
         insp.close()
-    out_console.print(f"cancelled {run_id}")
+    if as_json:
+        emit_json({"id": run_id, "cancelled": True})
+    else:
+        out_console.print(f"cancelled {run_id}")
 
 
 @app.command()
 def resume(run_id: str = typer.Argument(..., help="The run id (from `workflows list`)."),
-           wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the run to finish.")) -> None:
+           wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the run to finish."),
+           as_json: bool = JsonOpt) -> None:
     """Resume a cancelled or failed run from its last checkpointed step."""
     insp = _inspector()
     try:
@@ -96,7 +102,13 @@ def resume(run_id: str = typer.Argument(..., help="The run id (from `workflows l
         insp.close()
     from lifecycle.workflows.controller import Controller
 
-    with Controller("resume", say=lambda m: err_console.print(m, markup=False)) as ctl:
-        handle = ctl.resume(run_id)
-        result = handle.get_result() if wait else None
-    out_console.print(f"resumed {run_id}" + (f": {result}" if wait else ""))
+    try:
+        with Controller("resume", say=lambda m: err_console.print(m, markup=False)) as ctl:
+            handle = ctl.resume(run_id)
+            result = handle.get_result() if wait else None
+    except Exception as exc:  # the run's own error (DBOS re-raises it): the run ran and failed
+        fail(f"run {run_id} failed: {type(exc).__name__}: {exc}", FAILED)
+    if as_json:
+        emit_json({"id": run_id, "resumed": True, "waited": wait, "result": result})
+    else:
+        out_console.print(f"resumed {run_id}" + (f": {result}" if wait else ""))

@@ -77,7 +77,7 @@ def test_broken_store_is_one_line_exit_6(tmp_path: Path, case: str) -> None:
     assert after == before  # nothing made, nothing changed
     as_json = racklife(tmp_path, "nodes", "list", "--json", db=url)
     assert as_json.returncode == UNAVAILABLE
-    assert json.loads(as_json.stdout)["exit_code"] == UNAVAILABLE
+    assert json.loads(as_json.stdout)["error"]["exit_code"] == UNAVAILABLE
 
 
 def test_racklife_home_that_is_a_file(tmp_path: Path) -> None:

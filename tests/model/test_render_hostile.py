@@ -259,7 +259,7 @@ def test_slurm_render_command_refuses_the_issue_probe(tmp_path: Any) -> None:
     assert not out.exists()  # nothing written
     res = racklife(tmp_path, "slurm", "render", "--inventory", str(EXAMPLE), "--out", str(out), "--json",
                    "--controller", "ctl #x")
-    assert res.returncode == 2 and json.loads(res.stdout)["error"].startswith("controller:")
+    assert res.returncode == 2 and json.loads(res.stdout)["error"]["message"].startswith("slurm render: controller:")
 
 
 def test_a_huge_hostlist_range_is_refused_not_expanded() -> None:
