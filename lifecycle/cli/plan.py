@@ -1,6 +1,7 @@
 """`racklife plan [INVENTORY] [--nodes …] [--json]`: what it takes to converge each node, and what blocks it.
 
-It observes every source first (as `racklife refresh` does), then prints per
+It observes every source first (as `racklife refresh` does; with `--observed`
+it plans on what the last refresh stored instead, reading no source), then prints per
 node the ordered actions with the reason for each, and the blockers it will
 not act through. Actions with no workflow yet are shown as such.
 Exit codes: 0 no changes, 1 changes planned, 2 bad input.
@@ -20,12 +21,14 @@ def plan_cmd(
     inventory: Path | None = typer.Argument(None, help="Inventory YAML (default: what was last imported)."),
     nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (default: every node)."),
     firmware: bool = typer.Option(True, "--firmware/--no-firmware", help="Read firmware versions from each BMC."),
+    observed: bool = typer.Option(False, "--observed",
+                                  help="Plan on the last `racklife refresh`'s stored observations; read no source."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Plan the fleet against its inventory; change nothing."""
-    from lifecycle.planner.fleet import plan_fleet
+    from lifecycle.planner.fleet import plan_fleet, plan_observed
 
-    result = against_store(plan_fleet, inventory, nodes, firmware, as_json)
+    result = against_store(plan_observed if observed else plan_fleet, inventory, nodes, firmware, as_json)
     if as_json:
         emit_json(result.to_json())
     else:

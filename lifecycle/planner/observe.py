@@ -27,8 +27,7 @@ from lifecycle.drivers.bmc.base import BmcDriver
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.kube.types import KubeNode
 from lifecycle.drivers.slurm.types import SlurmJob, SlurmNode
-from lifecycle.model.inventory import BmcSpec, Inventory
-from lifecycle.model.states import State
+from lifecycle.model.inventory import BmcSpec, Inventory, Pool
 from lifecycle.planner.observed import (
     AcceptanceSeen,
     BmcSeen,
@@ -39,7 +38,7 @@ from lifecycle.planner.observed import (
     SlurmSeen,
     Source,
 )
-from lifecycle.store import NodeRecord, Store
+from lifecycle.store import AcceptanceRecord, NodeRecord, Store
 from lifecycle.store import observations as stored
 from lifecycle.workflows.retry import retrier
 
@@ -96,14 +95,28 @@ def default_sources(env: Mapping[str, str] | None = None, firmware: bool = True)
 
 def desired(inv: Inventory | None, rec: NodeRecord, store: Store) -> Desired:
     """The inventory's wishes for the node (the stored spec when no inventory is given)."""
-    listed = inv is not None and any(n.name == rec.name for n in inv.nodes)
-    node = inv.node(rec.name) if inv is not None and listed else rec.node()
-    pool = inv.pool(node.pool) if inv is not None and listed else store.pool(rec.pool)
-    image = node.image
-    version = None
-    if inv is not None and image is not None:
-        version = next((i.version for i in inv.images if i.name == image), None)
-    return Desired(node, pool, image, version)
+    return desired_all(inv, [rec], store)[rec.name]
+
+
+def desired_all(inv: Inventory | None, records: Sequence[NodeRecord], store: Store) -> dict[str, Desired]:
+    """:func:`desired` of every record, each pool read from the store once (not once per node)."""
+    listed = {n.name: n for n in inv.nodes} if inv is not None else {}
+    versions = {i.name: i.version for i in inv.images} if inv is not None else {}
+    stored_pools: dict[str, Pool] = {}
+    out: dict[str, Desired] = {}
+    for rec in records:
+        node = listed.get(rec.name)
+        if inv is not None and node is not None:
+            pool = inv.pool(node.pool)
+        else:
+            node = rec.node()
+            if rec.pool not in stored_pools:
+                stored_pools[rec.pool] = store.pool(rec.pool)
+            pool = stored_pools[rec.pool]
+        image = node.image
+        version = versions.get(image) if inv is not None and image is not None else None
+        out[rec.name] = Desired(node, pool, image, version)
+    return out
 
 
 def read_bmc(sources: Sources, spec: BmcSpec) -> BmcSeen:
@@ -169,18 +182,14 @@ def _kube_seen(n: KubeNode) -> KubeSeen:
     return KubeSeen(True, n.ready, n.unschedulable, owner.kind, owner.run_id, dict(n.labels), taints)
 
 
-def _acceptance(store: Store, rec: NodeRecord, now: datetime) -> AcceptanceSeen:
-    records = store.acceptance_records(rec.name)
-    if not records:
+def _acceptance(newest: AcceptanceRecord | None, built: datetime | None, now: datetime) -> AcceptanceSeen:
+    if newest is None:
         return AcceptanceSeen(False)
-    newest = records[0]
-    built = [t.at for t in store.history(rec.name) if t.target == State.PROVISIONED]
-    newer = not built or newest.created_at >= max(built)
+    newer = built is None or newest.created_at >= built
     return AcceptanceSeen(True, newest.passed, now < newest.expires_at, newer, newest.id, newest.expires_at)
 
 
-def _boot(store: Store, rec: NodeRecord) -> BootSeen:
-    last = stored.last_boot(store, rec.name)
+def _boot(last: tuple[dict[str, Any], datetime] | None) -> BootSeen:
     if last is None:
         return BootSeen(None, None, None)
     report, at = last
@@ -193,14 +202,19 @@ def observe(store: Store, records: Sequence[NodeRecord], sources: Sources,
     """Observe ``records``; ``pools`` maps each node to its pool's scheduler (slurm, kubernetes, none)."""
     now = clock()
     schedulers = {pools[r.name] for r in records}
-    slurm = _slurm(sources) if "slurm" in schedulers else ({}, {})
-    kube = _kube(sources) if "kubernetes" in schedulers else {}
+    names = [r.name for r in records]
     with ThreadPoolExecutor(max_workers=min(BMC_WORKERS, max(1, len(records)))) as pool:
-        bmcs = list(pool.map(lambda r: _bmc(sources, r), records))
+        reads = pool.map(lambda r: _bmc(sources, r), records)  # every BMC read starts now
+        slurm = _slurm(sources) if "slurm" in schedulers else ({}, {})
+        kube = _kube(sources) if "kubernetes" in schedulers else {}
+        boots = stored.last_boots(store, names)
+        accepted = stored.newest_acceptance(store, names)
+        built = stored.last_provisioned(store, names)
+        bmcs = list(reads)
     out = []
     for rec, bmc in zip(records, bmcs, strict=True):
-        o = Observation(rec.name, now, rec.state, rec.pool, boot=_boot(store, rec),
-                        acceptance=_acceptance(store, rec, now))
+        o = Observation(rec.name, now, rec.state, rec.pool, boot=_boot(boots.get(rec.name)),
+                        acceptance=_acceptance(accepted.get(rec.name), built.get(rec.name), now))
         errors: dict[Source, str] = {}
         if isinstance(bmc, str):
             errors[Source.BMC] = bmc

@@ -6,7 +6,8 @@ said, what the inventory wants, who holds the node) into steps; ``plan`` and
 mapping is tables: ``BY_STATE`` for where the lifecycle says a node goes
 next, ``BY_DRIFT`` for what undoes each kind of drift. A blocker (a foreign
 drain or cordon, a quarantined node, jobs under a ``wait`` policy, a node
-held by another run) stops that node's steps: they are not planned through
+held by another run, a move out of a pool beyond what its floor spares)
+stops that node's steps: they are not planned through
 it. An action with no workflow yet is planned and marked as such, never
 dropped.
 """
@@ -63,8 +64,22 @@ class Step:
 
 @dataclass(frozen=True)
 class Blocker:
-    kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | held | unreadable
+    kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | held | unreadable | pool-floor
     message: str
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A pool's floor as the store counts it now (``leases.floor_count``): what a move-pool may take."""
+
+    pool: str
+    serving: int  # in service in the pool
+    leaving: int  # of those: reserved by role swaps under way
+    min_nodes: int
+
+    @property
+    def spare(self) -> int:
+        return max(0, self.serving - self.leaving - self.min_nodes)
 
 
 @dataclass
@@ -209,10 +224,12 @@ def plan_node(o: Observation, d: Desired, held_by: str | None = None) -> NodePla
 
 def plan(observations: Sequence[Observation], wants: Mapping[str, Desired],
          holders: Mapping[str, str] | None = None, missing: Sequence[str] = (),
-         removed: Sequence[str] = ()) -> Plan:
-    """The fleet's plan; ``missing``: inventory nodes not in the store; ``removed``: the reverse."""
+         removed: Sequence[str] = (), floors: Mapping[str, Floor] | None = None) -> Plan:
+    """The fleet's plan; ``missing``: inventory nodes not in the store; ``removed``: the reverse;
+    ``floors``: each source pool's floor, so moves out of a pool beyond its spare nodes are blocked."""
     holders = holders or {}
     nodes = [plan_node(o, wants[o.node], holders.get(o.node)) for o in observations if o.node not in removed]
+    _keep_floors(nodes, {o.node: o for o in observations}, floors or {})
     for n in missing:
         nodes.append(NodePlan(n, "absent", [Step(Action.ENROLL, "in the inventory, not in the store"),
                                             Step(Action.PROVISION, "new node"), Step(Action.ACCEPT, "new node"),
@@ -224,4 +241,23 @@ def plan(observations: Sequence[Observation], wants: Mapping[str, Desired],
     return Plan(sorted(nodes, key=lambda p: p.node))
 
 
-__all__ = ["Action", "Blocker", "NodePlan", "Plan", "Source", "Step", "plan", "plan_node"]
+def _keep_floors(nodes: Sequence[NodePlan], seen: Mapping[str, Observation], floors: Mapping[str, Floor]) -> None:
+    """Block the in-service nodes that would move out of a pool beyond its spare ones (by name, first kept)."""
+    moving: dict[str, list[NodePlan]] = {}
+    for p in nodes:
+        o = seen[p.node]
+        if o.state is State.IN_SERVICE and any(s.action is Action.MOVE_POOL for s in p.steps):
+            moving.setdefault(o.pool, []).append(p)
+    for pool, out in sorted(moving.items()):
+        f = floors.get(pool)
+        if f is None:
+            continue
+        for p in sorted(out, key=lambda p: p.node)[f.spare:]:
+            under_way = f", {f.leaving} leaving in role swaps under way" if f.leaving else ""
+            p.blockers.append(Blocker("pool-floor", (
+                f"pool {pool}: {f.serving} in service{under_way}, {len(out)} planned to move out; min_nodes is "
+                f"{f.min_nodes}, so {f.spare} may move now")))
+            p.steps = []
+
+
+__all__ = ["Action", "Blocker", "Floor", "NodePlan", "Plan", "Source", "Step", "plan", "plan_node"]

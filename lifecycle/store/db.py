@@ -122,6 +122,9 @@ leases = sa.Table(
     sa.Column("run_id", sa.String(128), nullable=False, index=True),
     sa.Column("workflow", sa.String(64), nullable=False),
     sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False),
+    # A role swap's claim on its source pool's floor (min_nodes): the pool the node is leaving.
+    # Taken with the floor check in one transaction, counted by every later check, gone with the lease.
+    sa.Column("leaving_pool", sa.String(63), nullable=True),
 )
 
 # Every process that runs workflows, with a heartbeat: a silent one's pending runs are

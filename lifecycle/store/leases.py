@@ -8,6 +8,11 @@ holder is live is the workflow engine's knowledge, not the store's: callers
 pass the holders they found dead (terminal runs), and only those leases are
 taken over.
 
+A role swap also reserves, on its lease, its node's leave from the source
+pool, in the same transaction that checks the pool's floor (``min_nodes``),
+so concurrent swaps out of one pool cannot both pass a check that only one
+of them may pass.
+
 The executors table is the other half: each process that runs workflows
 records its host, pid and a heartbeat, so a later process can tell a dead
 one's pending runs (to recover them) from a live one's (to leave alone).
@@ -15,14 +20,18 @@ one's pending runs (to recover them) from a live one's (to leave alone).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from lifecycle.model.states import State
 from lifecycle.store import db
 from lifecycle.store.store import NodeNotFound, Store
+
+IN_SERVICE = State.IN_SERVICE.value
 
 
 def _now() -> datetime:
@@ -113,6 +122,68 @@ def release(store: Store, run_id: str, nodes: Collection[str] | None = None) -> 
 def leased_to(store: Store, run_id: str) -> list[str]:
     with store.engine.connect() as conn:
         return sorted(r.node for r in conn.execute(sa.select(db.leases.c.node).where(db.leases.c.run_id == run_id)))
+
+
+# ---------------------------------------------------------------- pool floors
+
+
+@dataclass(frozen=True)
+class FloorCount:
+    """A pool's floor against what would be left of it: in service now, less every node held to leave."""
+
+    pool: str
+    serving: int  # in service in the pool now
+    taken: int  # of those: this request's nodes
+    others: int  # of those: reserved by role swaps already under way (not this request's)
+    floor: int  # the pool's min_nodes
+
+    @property
+    def left(self) -> int:
+        return self.serving - self.taken - self.others
+
+    @property
+    def ok(self) -> bool:
+        return self.left >= self.floor
+
+    def describe(self) -> str:
+        others = f", {self.others} already leaving in other swaps" if self.others else ""
+        return (f"pool {self.pool}: {self.serving} in service, this request takes {self.taken} out{others}, "
+                f"{self.left} would remain; min_nodes is {self.floor}")
+
+
+def _floor(conn: sa.Connection, pool: str, leaving: Collection[str], lock: bool) -> FloorCount:
+    q = sa.select(db.pools.c.spec).where(db.pools.c.name == pool)
+    row = conn.execute(q.with_for_update() if lock else q).first()  # PostgreSQL: one check per pool at a time
+    floor = int(json.loads(row.spec).get("min_nodes") or 0) if row is not None else 0
+    serving = {r.name for r in conn.execute(sa.select(db.nodes.c.name).where(
+        db.nodes.c.pool == pool, db.nodes.c.state == IN_SERVICE))}
+    reserved = {r.node for r in conn.execute(sa.select(db.leases.c.node).where(db.leases.c.leaving_pool == pool))}
+    request = serving & set(leaving)
+    return FloorCount(pool, len(serving), len(request), len((serving & reserved) - request), floor)
+
+
+def floor_count(store: Store, pool: str, leaving: Collection[str]) -> FloorCount:
+    """What the pool would keep if ``leaving`` left it too (reads only: a dry run, a plan)."""
+    with store.engine.connect() as conn:
+        return _floor(conn, pool, leaving, lock=False)
+
+
+def reserve_leave(store: Store, node: str, run_id: str, pool: str, batch: Collection[str] = ()) -> FloorCount:
+    """Check the floor and, if it holds, reserve ``node``'s leave from ``pool`` on its lease: one transaction.
+
+    The node must be leased to ``run_id``. ``batch``: the other nodes of the same request, counted
+    as leaving too. A reservation is counted by every later check until the lease is released, so
+    two swaps out of one pool can never both take its last spare node. Taking it again (a step re-run)
+    finds the same count and changes nothing.
+    """
+    with store.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE (the write lock first); PostgreSQL: the row lock
+        count = _floor(conn, pool, {node, *batch}, lock=True)
+        if count.ok:
+            done = conn.execute(sa.update(db.leases).where(db.leases.c.node == node, db.leases.c.run_id == run_id)
+                                .values(leaving_pool=pool))
+            if done.rowcount != 1:
+                raise RuntimeError(f"node {node} is not leased to run {run_id}: no reservation without the lease")
+    return count
 
 
 # ---------------------------------------------------------------- executors

@@ -14,16 +14,21 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from lifecycle.model.states import State
 from lifecycle.store import db
-from lifecycle.store.store import Store
+from lifecycle.store.store import AcceptanceRecord, Store
+
+_IN_LIMIT = 500  # up to this many names go in one IN (...); a read of more reads every row and filters
 
 
 def save(store: Store, seen: Sequence[tuple[str, datetime, dict[str, Any]]]) -> None:
-    """Replace each node's last observation (node, at, document) in one transaction."""
+    """Replace each node's last observation (node, at, document) in one transaction (bulk statements)."""
+    rows = [{"node": node, "at": at, "doc": json.dumps(doc, sort_keys=True)} for node, at, doc in seen]
     with store.engine.begin() as conn:
-        for node, at, doc in seen:
-            conn.execute(sa.delete(db.observations).where(db.observations.c.node == node))
-            conn.execute(sa.insert(db.observations).values(node=node, at=at, doc=json.dumps(doc, sort_keys=True)))
+        for i in range(0, len(rows), _IN_LIMIT):
+            chunk = rows[i:i + _IN_LIMIT]
+            conn.execute(sa.delete(db.observations).where(db.observations.c.node.in_([r["node"] for r in chunk])))
+            conn.execute(sa.insert(db.observations), chunk)
 
 
 def load(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[datetime, dict[str, Any]]]:
@@ -47,3 +52,53 @@ def last_boot(store: Store, node: str) -> tuple[dict[str, Any], datetime] | None
                 at = r.used_at if r.used_at.tzinfo else r.used_at.replace(tzinfo=UTC)
                 return report, at
     return None
+
+
+# Bulk reads for a refresh of the whole fleet: one query per kind of record instead of one per
+# node (a 10,000-node refresh spent more time in 40,000 small queries than reading its BMCs).
+
+
+def _among(q: Any, column: Any, nodes: Collection[str] | None) -> Any:
+    return q.where(column.in_(list(nodes))) if nodes is not None and len(nodes) <= _IN_LIMIT else q
+
+
+def last_boots(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[dict[str, Any], datetime]]:
+    """:func:`last_boot` of every node (of ``nodes``) that ever phoned home, in one query."""
+    t = db.boot_tokens
+    q = _among(sa.select(t.c.node, t.c.report, t.c.used_at)
+               .where(t.c.used_at.is_not(None), t.c.report.is_not(None))
+               .order_by(t.c.node, t.c.used_at.desc()), t.c.node, nodes)
+    wanted = set(nodes) if nodes is not None else None
+    out: dict[str, tuple[dict[str, Any], datetime]] = {}
+    with store.engine.connect() as conn:
+        for r in conn.execute(q):
+            if r.node in out or (wanted is not None and r.node not in wanted):
+                continue
+            report = json.loads(r.report)
+            if isinstance(report, dict) and not report.get("superseded"):
+                out[r.node] = (report, r.used_at if r.used_at.tzinfo else r.used_at.replace(tzinfo=UTC))
+    return out
+
+
+def newest_acceptance(store: Store, nodes: Collection[str] | None = None) -> dict[str, AcceptanceRecord]:
+    """Each node's newest acceptance record (what ``Store.acceptance_records(node)[0]`` is), in one query."""
+    a = db.acceptance_records
+    q = _among(sa.select(a).order_by(a.c.node, a.c.created_at.desc()), a.c.node, nodes)
+    wanted = set(nodes) if nodes is not None else None
+    out: dict[str, AcceptanceRecord] = {}
+    with store.engine.connect() as conn:
+        for r in conn.execute(q):
+            if r.node not in out and (wanted is None or r.node in wanted):
+                out[r.node] = Store._acc(r)
+    return out
+
+
+def last_provisioned(store: Store, nodes: Collection[str] | None = None) -> dict[str, datetime]:
+    """When each node last entered ``provisioned`` (its last build), in one query."""
+    t = db.transitions
+    q = _among(sa.select(t.c.node, sa.func.max(t.c.at).label("at")).where(t.c.target == State.PROVISIONED.value)
+               .group_by(t.c.node), t.c.node, nodes)
+    wanted = set(nodes) if nodes is not None else None
+    with store.engine.connect() as conn:
+        return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC)) for r in conn.execute(q)
+                if wanted is None or r.node in wanted}

@@ -5,7 +5,10 @@ controller killed anywhere resumes the run and finishes it exactly once (one
 drain, one move, one join). The phases:
 
 1. pre-checks (:mod:`lifecycle.workflows.roleswap_checks`), fail closed:
-   refused with the numbers, nothing changed;
+   refused with the numbers, nothing changed; then the source pool's floor
+   is checked again and this node's leave reserved in one store transaction
+   (``leases.reserve_leave``), so two swaps out of one pool cannot both take
+   its last spare node;
 2. leave the source with the join/leave bodies every workflow shares
    (``slurm_pool._leave``: drain, wait or requeue, every job reported;
    ``kube_pool.leave_body``: owner-tagged cordon, Eviction API with
@@ -38,7 +41,7 @@ from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.drivers.slurm.role import CommandRoleSwitch, Role
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.states import Actor
-from lifecycle.store import shared_store
+from lifecycle.store import leases, shared_store
 from lifecycle.workflows import accept, kube_pool, slurm_pool
 from lifecycle.workflows.elastic import slurm_registered
 from lifecycle.workflows.leasing import release_leases, take_leases
@@ -77,6 +80,13 @@ def now() -> float:
 @step(idempotent=True)  # reads only
 def swap_checks(node: str, s: SwapSettings) -> dict[str, Any]:
     return prechecks(shared_store(), node, s).to_dict()
+
+
+@step(idempotent=True)  # a re-run finds its own reservation and counts the same
+def reserve_floor(node: str, source: str, batch: list[str]) -> dict[str, Any]:
+    """Check the source pool's floor and reserve this node's leave, atomically (concurrent swaps)."""
+    count = leases.reserve_leave(shared_store(), node, current_run_id(), source, batch)
+    return {"ok": count.ok, "detail": count.describe()}
 
 
 @step(idempotent=True)  # the same pool again records nothing
@@ -209,6 +219,11 @@ def _swap(node: str, s: SwapSettings) -> SwapOutcome:
         out.reason = f"refused, nothing changed: {checked.refusal()}"
         return out
     source = checked.source
+    floor = reserve_floor(node, source, list(s.batch))
+    out.checks.append({"name": "pool floor (reserved)", "ok": floor["ok"], "detail": floor["detail"]})
+    if not floor["ok"]:
+        out.reason = f"refused, nothing changed: pool floor: {floor['detail']}"
+        return out
     t0 = now()
     left = _leave(node, source, s)
     out.leave = asdict(left)

@@ -19,7 +19,7 @@ from lifecycle.drivers.slurm.leave import LEAVE_ALONE
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
 from lifecycle.model.states import State
-from lifecycle.store import Store
+from lifecycle.store import Store, leases
 from lifecycle.workflows.accept import AcceptSettings
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.kube_pool import driver as kube_driver
@@ -134,13 +134,8 @@ def prechecks(store: Store, node: str, s: SwapSettings) -> Checked:
     if target.scheduler not in SCHEDULERS:
         out.checks.append(Check("target pool", False, f"pool {s.target!r} has no scheduler ({target.scheduler})"))
         return out
-    serving = [r.name for r in store.nodes(state=State.IN_SERVICE, pool=rec.pool)]
-    leaving = sorted({n for n in (*s.batch, node) if n in serving})
-    left = len(serving) - len(leaving)
-    out.checks.append(Check(
-        "pool floor", left >= source.min_nodes,
-        f"pool {rec.pool}: {len(serving)} in service, this request takes {len(leaving)} out, {left} would remain; "
-        f"min_nodes is {source.min_nodes}"))
+    floor = leases.floor_count(store, rec.pool, {*s.batch, node})
+    out.checks.append(Check("pool floor", floor.ok, floor.describe()))
     if source.scheduler in SCHEDULERS:
         out.checks.append(_guard("no foreign drain or cordon", lambda: _foreign(node, source, s)))
     out.checks.append(_guard(f"target scheduler reachable ({target.scheduler})", lambda: _reachable(target, s)))

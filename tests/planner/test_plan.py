@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from lifecycle.model.states import State
 from lifecycle.planner.observed import AcceptanceSeen, BmcSeen, BootSeen, Desired, SlurmSeen
-from lifecycle.planner.plan import Action, plan, plan_node
+from lifecycle.planner.plan import Action, Floor, plan, plan_node
 from tests.planner.test_drift import NOW, desired, healthy  # noqa: F401 (fixture)
 
 
@@ -81,3 +81,20 @@ def test_every_step_says_why(desired: Desired) -> None:  # noqa: F811
     p = plan_node(replace(healthy(kube), state=State.ACCEPTED, slurm=None), kube)
     assert [(s.action, s.reason) for s in p.steps] == [
         (Action.JOIN_KUBE, "accepted; its pool is served by Kubernetes")]
+
+
+def test_moves_out_of_a_pool_beyond_its_floor_are_blocked_with_the_numbers(desired: Desired) -> None:  # noqa: F811
+    names = ["a1", "a2", "a3"]
+    there = replace(desired, node=desired.node.model_copy(update={"pool": "inference"}))
+    seen = [replace(healthy(desired), node=n) for n in names]
+    wants = {n: replace(there, node=there.node.model_copy(update={"name": n})) for n in names}
+    floor = Floor(desired.node.pool, serving=5, leaving=1, min_nodes=3)
+    out = {p.node: p for p in plan(seen, wants, floors={desired.node.pool: floor}).nodes}
+    assert actions(out["a1"]) == [Action.MOVE_POOL] and not out["a1"].blockers
+    for n in ("a2", "a3"):
+        assert out[n].steps == [] and [b.kind for b in out[n].blockers] == ["pool-floor"]
+        assert out[n].blockers[0].message == (
+            f"pool {desired.node.pool}: 5 in service, 1 leaving in role swaps under way, 3 planned to move out; "
+            "min_nodes is 3, so 1 may move now")
+    # Without a floor to keep, every move is planned.
+    assert all(actions(p) == [Action.MOVE_POOL] for p in plan(seen, wants).nodes)

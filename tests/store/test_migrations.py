@@ -36,6 +36,21 @@ def revision(path: Path) -> list[str]:
         return [r[0] for r in conn.execute(f"SELECT version_num FROM {migrate.VERSION_TABLE}")]
 
 
+def legacy_store(path: Path, revision_made: str) -> sa.Engine:
+    """A store as racklife made it before revisions existed: the tables (and columns) it had at
+    ``revision_made``, and no version table. (A create_all of today's models would carry columns
+    that later revisions add to those tables.)"""
+    from alembic import command
+
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        command.upgrade(migrate.config(conn), revision_made)
+        conn.exec_driver_sql(f"DROP TABLE {migrate.VERSION_TABLE}")
+    made = next(t for t, rev in migrate.LEGACY.items() if rev == revision_made)
+    assert {t for t in tables(path) if t.startswith("racklife_")} == made
+    return engine
+
+
 def test_head_constant_is_the_newest_revision() -> None:
     # HEAD lets an up-to-date store skip loading Alembic; a revision added without bumping it
     # would never be applied to a store at the old head.
@@ -78,10 +93,7 @@ def test_dbos_system_tables_are_known_and_left_alone(tmp_path: Path) -> None:
 def test_store_from_before_migrations_is_stamped_upgraded_and_keeps_its_rows(
         tmp_path: Path, revision_made: str) -> None:
     path = tmp_path / "old.sqlite"
-    engine = sa.create_engine(f"sqlite:///{path}")
-    made = next(t for t, rev in migrate.LEGACY.items() if rev == revision_made)
-    # what racklife did before revisions existed: create_all of the tables it had then
-    db.metadata.create_all(engine, tables=[db.metadata.tables[name] for name in made])
+    engine = legacy_store(path, revision_made)
     with engine.begin() as conn:
         conn.execute(sa.insert(db.pools).values(name="training", spec="{}"))
     engine.dispose()
@@ -125,9 +137,7 @@ def test_store_file_and_directory_are_private(tmp_path: Path) -> None:
 
 def test_world_readable_store_from_before_is_made_private(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
-    engine = sa.create_engine(f"sqlite:///{path}")
-    db.metadata.create_all(engine)
-    engine.dispose()
+    legacy_store(path, max(migrate.LEGACY.values())).dispose()
     path.chmod(0o644)
     connect.ensure_store(f"sqlite:///{path}")
     assert (path.stat().st_mode & 0o777) == 0o600
