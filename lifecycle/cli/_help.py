@@ -61,6 +61,7 @@ EXAMPLES: dict[str, str] = {
     "metrics textfile": "racklife metrics textfile /var/lib/node_exporter/racklife.prom",
     "metrics show": "racklife metrics show",
     "role-swap": "racklife role-swap r01-n07 r01-n08 --to inference --policy requeue --deadline 30m --dry-run",
+    "serve": "racklife serve --db postgresql://racklife@db.example/racklife --refresh-interval 300",
     "status": "racklife status --watch 5",
     "report capacity": "racklife report capacity --since 7d --json",
     "lab up": "sudo racklife lab up --nodes 4 --dir /tmp/rl-lab",

@@ -65,6 +65,9 @@ COMMANDS: dict[str, Entry] = {
     "metrics": Entry("metrics", "app", "Prometheus metrics computed from the store."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
                        "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
+    "serve": Entry("serve", "serve_cmd",
+                   "Run the controller: recover and run every workflow, take over dead peers' runs, refresh "
+                   "the fleet."),
     "status": Entry("status", "status_cmd",
                     "Show the fleet: pools and GPU capacity, nodes per state, running workflows and their "
                     "current step."),

@@ -44,12 +44,14 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
                   boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
     """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
     from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
-    from lifecycle.workflows.controller import Controller
+    from lifecycle.workflows.controller import Controller, live_services
 
     cfg = BootSettings(images_dir, boot_listen, boot_url, boot_timeout, image)
     store = Store()
     try:
-        with boot_server(store, cfg) as boot, \
+        # With a live racklife serve the run is handed to it, and so is the boot server.
+        here = not live_services(store)
+        with boot_server(store, cfg, here=here) as boot, \
                 Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
             _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight,
                                                 lambda m: err_console.print(m, markup=False))

@@ -67,7 +67,7 @@ class WorkflowRunner:
     def _provision(self, nodes: Sequence[str]) -> list[Done]:
         assert self.boot is not None
         try:
-            with boot_server(self.store, self.boot) as boot:
+            with boot_server(self.store, self.boot, here=self.ctl.service is None) as boot:
                 run_id, outcomes = provision_nodes(self.ctl, boot, list(nodes), self.max_in_flight, self.say,
                                                    adopt=False)
         except BootSetupError as exc:

@@ -208,9 +208,11 @@ def register_executor(store: Store, ex: Executor) -> None:
             started_at=ex.started_at, heartbeat_at=ex.heartbeat_at))
 
 
-def heartbeat(store: Store, executor_id: str) -> None:
+def heartbeat(store: Store, executor_id: str, at: datetime | None = None) -> None:
+    """Record that the executor is alive now (or, with ``at``, when it was last heard of)."""
     with store.engine.begin() as conn:
-        conn.execute(sa.update(db.executors).where(db.executors.c.id == executor_id).values(heartbeat_at=_now()))
+        conn.execute(sa.update(db.executors).where(db.executors.c.id == executor_id)
+                     .values(heartbeat_at=at or _now()))
 
 
 def retire_executor(store: Store, executor_id: str) -> None:

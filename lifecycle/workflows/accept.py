@@ -276,7 +276,7 @@ def gate_nodes(verdicts: list[dict[str, Any]], operator: str) -> list[dict[str, 
     return out
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="accept_nodes")
 def accept_nodes(nodes: list[str], cfg: AcceptSettings) -> list[dict[str, Any]]:
     """Accept ``nodes`` as one run that holds them all (one run per node) from start to end."""
     held = take_leases(nodes, "accept_nodes")

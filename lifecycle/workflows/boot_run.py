@@ -46,25 +46,52 @@ def _split(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _answers(url: str) -> bool:
+    """Whether a racklife boot server answers at ``url`` (its chain script)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/boot.ipxe", method="HEAD"),  # noqa: S310
+                                    timeout=5) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+def _elsewhere(cfg: BootSettings) -> str:
+    """The URL of the boot server another process runs (``racklife serve --boot-listen`` or
+    ``racklife boot serve``), checked to answer: a run handed to the service must not wait out
+    its boot timeouts for a boot server no one runs."""
+    host, port = _split(cfg.listen)
+    url = (cfg.url or f"http://{host}:{port}").rstrip("/")
+    if not (_answers(f"http://{host}:{port}") or _answers(url)):
+        raise BootSetupError(f"no boot server answers at {cfg.listen} or {url}: with racklife serve running, "
+                             "the boot server runs beside it (`racklife serve --boot-listen` or "
+                             "`racklife boot serve`)")
+    return url
+
+
 @contextmanager
-def boot_server(store: Store, cfg: BootSettings) -> Iterator[Boot]:
-    """The boot server, serving the built images, for as long as the block runs."""
+def boot_server(store: Store, cfg: BootSettings, here: bool = True) -> Iterator[Boot]:
+    """The boot server, serving the built images, for as long as the block runs.
+
+    ``here=False``: the runs go to ``racklife serve``, and the boot server that
+    outlives this command is another process's (it must answer, serving the same
+    images directory); only the settings are computed here.
+    """
     from lifecycle.drivers.boot.server import BootServer
     from lifecycle.workflows.boot_images import published_images
     from lifecycle.workflows.boot_service import StoreBootBackend
 
+    if not here:
+        url = _elsewhere(cfg)
+        yield Boot(url, _settings(cfg, url, published_images(cfg.images_dir, url)), cfg.image)
+        return
     host, port = _split(cfg.listen)
     server = BootServer(StoreBootBackend(store), cfg.images_dir, host=host, port=port)
     if cfg.url:
         server.advertise_as(cfg.url)
-    images = published_images(cfg.images_dir, server.url)
-    if not images:
-        raise BootSetupError(f"no built images in {cfg.images_dir}: run `racklife image build minimal` first")
-    if cfg.image and cfg.image not in images:
-        raise BootSetupError(f"image '{cfg.image}' is not built (have: {', '.join(sorted(images))})")
-    default = cfg.image or ("minimal" if "minimal" in images else sorted(images)[0])
-    settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image=default,
-                                           boot_timeout_s=cfg.timeout_s).to_json()
+    settings = _settings(cfg, server.url, published_images(cfg.images_dir, server.url))
     server.start()
     try:
         yield Boot(server.url, settings, cfg.image)
@@ -72,12 +99,22 @@ def boot_server(store: Store, cfg: BootSettings) -> Iterator[Boot]:
         server.stop()
 
 
+def _settings(cfg: BootSettings, url: str, images: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if not images:
+        raise BootSetupError(f"no built images in {cfg.images_dir}: run `racklife image build minimal` first")
+    if cfg.image and cfg.image not in images:
+        raise BootSetupError(f"image '{cfg.image}' is not built (have: {', '.join(sorted(images))})")
+    default = cfg.image or ("minimal" if "minimal" in images else sorted(images)[0])
+    return provision.ProvisionSettings(boot_url=url, images=images, default_image=default,
+                                       boot_timeout_s=cfg.timeout_s).to_json()
+
+
 def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight: int,
                     say: Callable[[str], None], adopt: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Provision ``names`` (or, with ``adopt``, finish a provisioning run a dead process left); await it.
 
     Returns the run's id and each node's outcome."""
-    provision.register_provision_queue(max_in_flight)
+    ctl.register_queue(provision.QUEUE, max_in_flight)
     cut_off = ctl.cut_off("provision_many") if adopt else []
     if cut_off:
         handle = ctl.handle(cut_off[0].run_id)

@@ -17,6 +17,13 @@ PENDING for ever). :class:`Controller` is the one helper:
   run's nodes before starting it, so two runs never race for a node in one
   process (across processes the lease step refuses instead);
 * on exit it awaits every run it started or recovered, then shuts DBOS down.
+
+With a live ``racklife serve`` (an executor of role ``serve`` whose heartbeat
+is fresh), a command's Controller does not run workflows itself: it hands each
+run to the service's queue (``registry.SERVE_QUEUE``, by the workflow's pinned
+name, through a ``DBOSClient``) and awaits it there, and leaves recovery to
+the service. The service's own Controller adopts the runs of dead executors of
+every role, at start and on every :meth:`Controller.take_over`.
 """
 
 from __future__ import annotations
@@ -31,13 +38,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dbos import DBOS
+from dbos import DBOS, DBOSClient, EnqueueOptions
 
-from lifecycle.store import leases, shared_store
+from lifecycle.store import Store, connect, db, leases, shared_store
 from lifecycle.workflows import engine, leasing, registry
 
 HEARTBEAT_S = 5.0
 HEARTBEAT_TIMEOUT_S = 30.0
+SERVE_ROLE = "serve"
+# A stopped service's last heartbeat: long enough ago that every peer takes its runs over at once.
+STOPPED_AT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def pid_start(pid: int) -> str | None:
@@ -56,6 +66,18 @@ def executor_alive(ex: leases.Executor, host: str, now: datetime) -> bool:
     return now - ex.heartbeat_at < timedelta(seconds=HEARTBEAT_TIMEOUT_S)
 
 
+def live_services(store: Store, host: str | None = None, now: datetime | None = None) -> list[leases.Executor]:
+    """The ``racklife serve`` processes alive now (same host: by pid; another: by heartbeat)."""
+    host = host or engine.executor_id()
+    now = now or datetime.now(UTC)
+    return [ex for ex in leases.executors(store) if ex.role == SERVE_ROLE and executor_alive(ex, host, now)]
+
+
+def workflow_name(func: Callable[..., Any]) -> str:
+    """The name a workflow is registered under (pinned with ``@DBOS.workflow(name=…)``)."""
+    return str(getattr(func, "dbos_function_name", func.__qualname__))
+
+
 @dataclass(frozen=True)
 class Recovered:
     """A run of a dead process of this role, now running here."""
@@ -69,14 +91,18 @@ class Recovered:
 class Controller:
     """Context manager around the workflow engine for one command (or service) of ``role``."""
 
-    def __init__(self, role: str, url: str | None = None, say: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(self, role: str, url: str | None = None, say: Callable[[str], None] = lambda _m: None,
+                 *, hand_off: bool = True) -> None:
         self.role = role
         self.url = url
         self.say = say
+        self.hand_off = hand_off and role != SERVE_ROLE
         self.host = engine.executor_id()
         self.executor_id = f"{self.host}/{role}/{uuid.uuid4().hex[:8]}"
         self.recovered: list[Recovered] = []
         self.sweep = leasing.Sweep()
+        self.service: leases.Executor | None = None  # the live service runs are handed to, if any
+        self._client: DBOSClient | None = None
         self._handles: dict[str, Any] = {}
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -85,7 +111,18 @@ class Controller:
 
     def __enter__(self) -> Controller:
         assert registry.MODULES  # every workflow is registered before launch
-        self.url = engine.launch(self.url, executor=self.executor_id)
+        url = self.url or db.default_url()
+        if self.hand_off:
+            connect.ensure_store(url)
+            found = live_services(shared_store(url), self.host)
+            if found:
+                self.url, self.service = url, max(found, key=lambda ex: ex.heartbeat_at)
+                self._client = DBOSClient(system_database_url=url)
+                self.say(f"handing runs to racklife serve ({self.service.id})")
+                return self
+        serving = self.role == SERVE_ROLE
+        self.url = engine.launch(url, executor=self.executor_id,
+                                 queues=None if serving else registry.EMBEDDED_QUEUES)
         try:
             self.store = shared_store(self.url)
             now = datetime.now(UTC)
@@ -112,12 +149,27 @@ class Controller:
         self._close(retire=kind is None or issubclass(kind, Exception))
 
     def _close(self, retire: bool) -> None:
+        if self._client is not None:
+            self._client.destroy()
+            return
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=HEARTBEAT_S + 1)
-        if retire and hasattr(self, "store"):
-            leases.retire_executor(self.store, self.executor_id)
+        left = retire and hasattr(self, "store") and self._pending_here()
         engine.shutdown()
+        if hasattr(self, "store"):
+            if retire and not left:
+                leases.retire_executor(self.store, self.executor_id)
+            elif self.role == SERVE_ROLE:
+                # Runs are left PENDING here: say so at once, so a peer adopts them without waiting 30 s.
+                leases.heartbeat(self.store, self.executor_id, at=STOPPED_AT)
+
+    def _pending_here(self) -> bool:
+        """Whether runs of this executor are left unfinished (a service stops without awaiting its runs)."""
+        if self.role != SERVE_ROLE:
+            return False
+        return bool(DBOS.list_workflows(status=["PENDING"], executor_id=self.executor_id, load_input=False,
+                                        load_output=False))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -154,25 +206,71 @@ class Controller:
         for a in self.sweep.abandoned:
             self.say(a.describe())
         rows = {ex.id: ex for ex in leases.executors(self.store)}
+        serving = self.role == SERVE_ROLE
+        # The service adopts every role, but only executors it knows are dead (a row: an elastic
+        # worker has none and finishes its node's runs itself); a command adopts its own role.
         mine = sorted({s.executor_id for s in pending
                        if s.status == "PENDING" and s.app_version == engine.APP_VERSION and s.executor_id
-                       and dead(s.executor_id) and self._role_of(s.executor_id, rows) == self.role})
-        if not mine:
-            return
-        by_id = {s.workflow_id: s for s in pending}
-        for handle in DBOS._recover_pending_workflows(mine):
+                       and dead(s.executor_id)
+                       and (s.executor_id in rows if serving else self._role_of(s.executor_id, rows) == self.role)})
+        if mine:
+            self._adopt(mine, {s.workflow_id: s for s in pending}, keep=not serving)
+        for ex_id in mine:
+            if ex_id in rows:
+                leases.retire_executor(self.store, ex_id)
+
+    def _adopt(self, executors: list[str], by_id: dict[str, Any], keep: bool) -> list[str]:
+        """Re-enqueue the executors' PENDING runs (DBOS's queue lets exactly one process run each)."""
+        adopted = []
+        for handle in DBOS._recover_pending_workflows(executors):
             wid = handle.get_workflow_id()
             s = by_id.get(wid)
-            if s is None:  # a child workflow started since the listing: its parent awaits it
+            adopted.append(wid)
+            if s is None or not keep:  # a child workflow started since the listing: its parent awaits it
                 continue
             self._handles[wid] = handle
             args = tuple(s.input["args"]) if s.input else ()
             held = frozenset(leases.leased_to(self.store, wid))
             self.recovered.append(Recovered(wid, s.name, args, held))
             self.say(f"recovering run {wid} ({s.name}) of a process that is gone")
-        for ex_id in mine:
-            if ex_id in rows:
-                leases.retire_executor(self.store, ex_id)
+        return adopted
+
+    def take_over(self) -> dict[str, list[str]]:
+        """The service's periodic duty: adopt the PENDING runs of every executor found dead since.
+
+        Returns dead executor id -> the runs re-enqueued. Two services taking over the same
+        executor at once is harmless: re-enqueuing matches only runs still PENDING on the dead
+        executor, and a queue admits one process per run.
+        """
+        now = datetime.now(UTC)
+        dead = sorted(ex.id for ex in leases.executors(self.store)
+                      if ex.id != self.executor_id and not executor_alive(ex, self.host, now))
+        out: dict[str, list[str]] = {}
+        if not dead:
+            return out
+        pending = DBOS.list_workflows(status=["PENDING", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"], load_input=False,
+                                      load_output=False)
+        swept = leasing.sweep(self.store, pending, set(dead).__contains__)
+        for a in swept.abandoned:
+            self.say(a.describe())
+        for ex_id in dead:
+            runs = self._adopt([ex_id], {}, keep=False)
+            leases.retire_executor(self.store, ex_id)
+            out[ex_id] = runs
+            if runs:
+                self.say(f"executor {ex_id} is silent: {len(runs)} of its run(s) re-enqueued here")
+        return out
+
+    def register_queue(self, name: str, concurrency: int, per_process: bool = False) -> None:
+        """(Re)configure a queue, here or through the service: at most ``concurrency`` runs of it at
+        once across every process that dequeues from it (``per_process``: in each process)."""
+        each, every = (concurrency, None) if per_process else (None, concurrency)
+        if self._client is not None:
+            self._client.register_queue(name, worker_concurrency=each, global_concurrency=every,
+                                        polling_interval_sec=0.05)
+        else:
+            DBOS.register_queue(name, worker_concurrency=each, global_concurrency=every, polling_interval_sec=0.05,
+                                on_conflict="always_update")
 
     def cut_off(self, workflow: str) -> list[Recovered]:
         """Recovered runs of ``workflow`` (oldest first), e.g. to adopt one instead of starting anew."""
@@ -186,6 +284,14 @@ class Controller:
 
         A run this process recovered that holds any of ``nodes`` is awaited first.
         """
+        if self._client is not None:
+            options: EnqueueOptions = {"queue_name": registry.SERVE_QUEUE, "workflow_name": workflow_name(func),
+                                       "app_version": engine.APP_VERSION}
+            if workflow_id is not None:
+                options["workflow_id"] = workflow_id
+            handle: Any = self._client.enqueue(options, *args)
+            self._handles[handle.get_workflow_id()] = handle
+            return handle
         wanted = set(nodes)
         for r in self.recovered:
             if r.run_id in self._handles and (r.nodes & wanted or self._holds_any(r.run_id, wanted)):
@@ -210,6 +316,6 @@ class Controller:
         return self._handles[run_id]
 
     def resume(self, run_id: str) -> Any:
-        handle = DBOS.resume_workflow(run_id)
+        handle = self._client.resume_workflow(run_id) if self._client is not None else DBOS.resume_workflow(run_id)
         self._handles[run_id] = handle
         return handle

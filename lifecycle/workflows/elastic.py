@@ -194,7 +194,7 @@ def _refuse_in_slurm(out: ElasticOutcome, why: str) -> None:
         out.steps["slurm_down"] = {"error": exc.message}
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="lend_node")
 def lend_node(node: str, settings: dict[str, Any]) -> dict[str, Any]:
     """SuspendProgram: the idle node leaves Slurm service and serves Kubernetes."""
     out = ElasticOutcome(node, "lend", False, node_state(node))
@@ -224,7 +224,7 @@ def lend_node(node: str, settings: dict[str, Any]) -> dict[str, Any]:
     return asdict(out)
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="reclaim_node")
 def reclaim_node(node: str, settings: dict[str, Any]) -> dict[str, Any]:
     """ResumeProgram: Slurm wants the node back; take it from Kubernetes without losing a pod."""
     out = ElasticOutcome(node, "reclaim", False, node_state(node))

@@ -13,7 +13,10 @@ therefore only start one detached worker per node and exit 0. The worker
 node's lock, launches DBOS with the executor id ``HOST/elastic/NODE`` — so it
 first finishes whatever an earlier worker for that node left unfinished, and
 no two processes ever run that executor's workflows — then runs the
-lend or reclaim workflow and logs its outcome as one JSON line.
+lend or reclaim workflow and logs its outcome as one JSON line. With a live
+``racklife serve`` the worker hands the run to the service instead (it still
+takes the node's lock, so one node's runs keep their arrival order) and logs
+the outcome the same way.
 
 Configuration comes from the environment slurmctld gives the programs (see
 docs/slurm.md): ``RACKLIFE_DB``, ``RACKLIFE_KUBECONFIG``,
@@ -121,15 +124,31 @@ def run_worker(action: str, node: str, workflow_id: str, report: Callable[[dict[
     with (lock_dir / f"{node}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker per node at a time, in arrival order
         role = f"elastic/{node}"
+        func = elastic.lend_node if action == "lend" else elastic.reclaim_node
+        if _hand_off(role, func, node, settings, workflow_id, report):
+            return
         registry.launch(role=role)
         try:
             _finish_cut_off(f"{engine.executor_id()}/{role}", workflow_id)
-            func = elastic.lend_node if action == "lend" else elastic.reclaim_node
             with engine.with_id(workflow_id):
                 handle = engine.start(func, node, settings)
             report(handle.get_result())
         finally:
             engine.shutdown()
+
+
+def _hand_off(role: str, func: Callable[..., Any], node: str, settings: dict[str, Any], workflow_id: str,
+              report: Callable[[dict[str, Any]], None]) -> bool:
+    """With a live `racklife serve`, run the workflow there and report its outcome; False: run it here."""
+    from lifecycle.store import shared_store
+    from lifecycle.workflows.controller import Controller, live_services
+
+    if not live_services(shared_store()):
+        return False
+    with Controller(role) as ctl:
+        # A service gone between the look and now: the Controller runs it here instead, the same run.
+        report(ctl.start(func, node, settings, workflow_id=workflow_id, nodes=[node]).get_result())
+    return True
 
 
 def _finish_cut_off(executor: str, current: str) -> None:

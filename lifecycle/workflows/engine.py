@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -54,10 +55,13 @@ def executor_id() -> str:
     return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
 
 
-def launch(url: str | None = None, *, executor: str | None = None, role: str = "cli") -> str:
+def launch(url: str | None = None, *, executor: str | None = None, role: str = "cli",
+           queues: Sequence[str] | None = None) -> str:
     """Configure and launch DBOS on ``url`` (default: the store's URL); return the URL.
 
     Pending workflows of this executor (``HOST/ROLE``) and version are recovered on launch.
+    ``queues``: the only queues this process dequeues from (DBOS's own recovery queue
+    always); None: every queue registered in the database.
     """
     global _launched_url
     url = url or db.default_url()
@@ -81,6 +85,8 @@ def launch(url: str | None = None, *, executor: str | None = None, role: str = "
         "notification_listener_polling_interval_sec": NOTIFICATION_POLL_S,
     }
     DBOS(config=config)
+    if queues is not None:
+        DBOS.listen_queues(queues)
     DBOS.launch()
     _launched_url = url
     return url

@@ -240,7 +240,7 @@ def leave_body(node: str, deadline_s: float, why: str, s: KubeSettings) -> PoolO
 # ------------------------------------------------------------------ one-node runs
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="join_kube_node")
 def join_kube_node(node: str, s: KubeSettings) -> dict[str, Any]:
     """Join one node to its Kubernetes pool as a run that holds it (one run per node)."""
     held = take_leases([node], "join_kube_node")

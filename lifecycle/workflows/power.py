@@ -75,7 +75,7 @@ def await_slurm(node: str, wait_s: float) -> str:
         time.sleep(1.0)
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="power_on_node")
 def power_on_node(node: str, cfg: PowerOnSettings) -> dict[str, Any]:
     held = take_leases([node], "power_on_node")
     if held:

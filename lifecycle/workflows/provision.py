@@ -329,7 +329,7 @@ def _verify(report: dict[str, Any], spec: Node, image: BootImage) -> list[str]:
     return problems
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="provision_node")
 def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) -> dict[str, Any]:
     """Provision one node as a run that holds it (one run per node) from start to end."""
     held = take_leases([node], "provision_node")
@@ -392,7 +392,7 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
         _release_bmc(run)
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="provision_many")
 def provision_many(nodes: list[str], image_name: str | None, settings: dict[str, Any]) -> list[dict[str, Any]]:
     queue = DBOS.retrieve_queue(QUEUE)
     if queue is None:
@@ -402,6 +402,7 @@ def provision_many(nodes: list[str], image_name: str | None, settings: dict[str,
 
 
 def register_provision_queue(max_in_flight: int) -> Queue:
-    return DBOS.register_queue(QUEUE, worker_concurrency=max_in_flight, polling_interval_sec=0.05,
+    """At most ``max_in_flight`` nodes provisioned at once, across every process that serves the queue."""
+    return DBOS.register_queue(QUEUE, global_concurrency=max_in_flight, polling_interval_sec=0.05,
                                on_conflict="always_update")
 

@@ -7,6 +7,12 @@ from lifecycle.workflows import accept, elastic, engine, kube_pool, node_ops, po
 # Importing a workflow module registers its workflows with DBOS.
 MODULES = (accept, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool)
 
+# The queue front ends hand whole runs to `racklife serve` on, and the queues a command that
+# runs its workflows embedded listens to: never the service's, so that a command never picks up
+# (and, exiting, cuts off) work handed to a service that is gone; the service adopts that.
+SERVE_QUEUE = "racklife-serve"
+EMBEDDED_QUEUES: tuple[str, ...] = (provision.QUEUE,)
+
 
 def launch(url: str | None = None, role: str = "cli") -> str:
     return engine.launch(url, role=role)

@@ -198,7 +198,7 @@ def _hold_quarantined(node: str, s: SwapSettings, why: str, out: SwapOutcome) ->
 # ------------------------------------------------------------------ the workflow
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="role_swap")
 def role_swap(node: str, s: SwapSettings) -> dict[str, Any]:
     """Move one node to ``s.target`` as a run that holds it (one run per node)."""
     held = take_leases([node], "role_swap")

@@ -86,13 +86,13 @@ def drain_and_empty(node: str, policy: str, deadline_s: float, reason: str) -> d
     return report.to_dict()
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="join_node")
 def join_node(node: str) -> dict[str, Any]:
     """Join one node as a run that holds it (one run per node)."""
     return _leased(node, "join_node", lambda: _join(node))
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="leave_node")
 def leave_node(node: str, policy: str | None, deadline_s: float | None, why: str) -> dict[str, Any]:
     """Drain one node out of Slurm as a run that holds it (one run per node)."""
     return _leased(node, "leave_node", lambda: _leave(node, policy, deadline_s, why))

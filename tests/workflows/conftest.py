@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
 
-
-def _pg_bin(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
-    assert found, f"PostgreSQL's {name} is not installed (Debian package postgresql-15)"
-    return found
+from tests.postgres import throwaway_postgres
 
 
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("pg")
-    data, sock = base / "data", base / "sock"
-    sock.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        prefix = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(base, "postgres")
-        shutil.chown(sock, "postgres")
-        os.chmod(base, 0o755)
-        for p in base.parents:
-            if str(p).startswith("/tmp/"):
-                os.chmod(p, os.stat(p).st_mode | 0o005)
-    port = free_port()
-    subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                    "--no-sync"], check=True, capture_output=True)
-    opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
-    subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l",
-                    str(base / "log"), "start"], check=True, capture_output=True)
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/racklife_test"
-    finally:
-        subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+    with throwaway_postgres(tmp_path_factory.mktemp("pg"), free_port()) as url:
+        yield url

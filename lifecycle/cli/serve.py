@@ -1,0 +1,61 @@
+"""`racklife serve`: run the controller service until SIGTERM (lifecycle/service/serve.py says why).
+
+While it runs, every command that starts workflows hands them to it instead of
+running them embedded. It logs one line per thing it does to stderr (the
+journal under systemd). Exit codes: 0 stopped by SIGTERM/SIGINT, 2 bad input,
+6 the store unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import typer
+
+from lifecycle.cli._common import BAD_INPUT, err_console, fail
+from lifecycle.store.db import default_home
+
+
+def serve_cmd(
+    db: str | None = typer.Option(None, "--db", envvar="RACKLIFE_DB",
+                                  help="The shared database (several services share one PostgreSQL)."),
+    refresh_interval: float = typer.Option(300.0, "--refresh-interval", envvar="RACKLIFE_REFRESH_INTERVAL_S", min=0,
+                                           help="Seconds between refreshes of the fleet (0: none)."),
+    takeover_interval: float = typer.Option(5.0, "--takeover-interval", min=0.5, max=30,
+                                            help="Seconds between looks for dead executors whose runs to adopt."),
+    workers: int = typer.Option(64, "--workers", min=1, max=10000,
+                                help="Runs handed to the service that this process runs at once."),
+    firmware: bool = typer.Option(False, "--firmware/--no-firmware",
+                                  help="The periodic refresh reads firmware versions too (many BMC requests)."),
+    boot_listen: str | None = typer.Option(None, "--boot-listen",
+                                           help="Run the boot server here, on HOST:PORT (default: none here)."),
+    boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
+                                        help="The boot server's URL as nodes see it (default: the listen address)."),
+    images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+) -> None:
+    """Run the controller: recover and run every workflow, take over dead peers' runs, refresh the fleet."""
+    from lifecycle.service.serve import ServeSettings, Service
+    from lifecycle.workflows.boot_run import BootSettings, BootSetupError
+
+    if db:
+        os.environ["RACKLIFE_DB"] = db  # every workflow step opens the store by this
+    boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url) if boot_listen else None
+    cfg = ServeSettings(db, refresh_interval, takeover_interval, workers, firmware, boot)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        Service(cfg, lambda m: err_console.print(m, markup=False, soft_wrap=True)).run(stop)
+    except BootSetupError as exc:
+        fail(str(exc), BAD_INPUT)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Workflow threads cut off by the stop are the engine's pool threads, which the interpreter
+    # would join at exit (for hours); their runs are left to a peer or the next start.
+    os._exit(0)

@@ -1,0 +1,99 @@
+"""`racklife serve` without a lab: its heartbeat, how commands decide to hand runs to it, its clean stop.
+
+The takeover of a killed service's runs on PostgreSQL, with real provisioning,
+is tests/e2e/test_serve_takeover.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lifecycle.store import Store, leases
+from lifecycle.workflows import engine
+from lifecycle.workflows.controller import STOPPED_AT, Controller, executor_alive, live_services
+
+EXE = str(Path(sys.executable).with_name("racklife"))
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _row(role: str, host: str, beat: datetime, pid: int = 1) -> leases.Executor:
+    return leases.Executor(f"{host}/{role}/0000", host, role, pid, None, beat - timedelta(hours=1), beat)
+
+
+@pytest.mark.parametrize(("silent_s", "alive"), [(29, True), (31, False)])
+def test_another_hosts_executor_is_dead_after_30_s_of_silence(silent_s: int, alive: bool) -> None:
+    ex = _row("serve", "elsewhere", NOW - timedelta(seconds=silent_s))
+    assert executor_alive(ex, "here", NOW) is alive
+
+
+def test_a_stopped_service_is_dead_at_once() -> None:
+    assert not executor_alive(_row("serve", "elsewhere", STOPPED_AT), "here", NOW)
+
+
+def test_a_command_hands_off_only_to_a_live_service(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+    store = Store(url)
+    try:
+        now = datetime.now(UTC)
+        leases.register_executor(store, _row("serve", "elsewhere", now - timedelta(seconds=60)))
+        leases.register_executor(store, _row("provision", "elsewhere", now))  # fresh, but not a service
+        assert live_services(store, "here") == []
+        with Controller("accept", url) as ctl:  # nothing live: embedded, the engine launched here
+            assert ctl.service is None and engine._launched_url == url
+        live = _row("serve", "otherhost", now)
+        leases.register_executor(store, live)
+        with Controller("accept", url) as ctl:
+            assert ctl.service is not None and ctl.service.id == live.id
+            assert engine._launched_url is None  # nothing runs here: no engine, no recovery
+    finally:
+        store.close()
+
+
+def test_serve_heartbeats_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {"RACKLIFE_HOME": str(tmp_path)}
+    url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([EXE, "serve", "--refresh-interval", "0"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            if (tmp_path / "racklife.sqlite").exists():
+                store = Store(url)
+                try:
+                    found = live_services(store)
+                finally:
+                    store.close()
+                if found:
+                    break
+            time.sleep(0.3)
+        assert [ex.pid for ex in found] == [proc.pid]
+        first = found[0].heartbeat_at
+        time.sleep(6)  # one heartbeat interval and a bit
+        store = Store(url)
+        try:
+            assert leases.executors(store)[0].heartbeat_at > first
+        finally:
+            store.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
+        store = Store(url)
+        try:
+            assert leases.executors(store) == []  # nothing left running: retired, not left for a peer
+        finally:
+            store.close()
+        assert "stopping" in (tmp_path / "serve.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
