@@ -9,7 +9,7 @@ import nox
 nox.options.sessions = ["ci"]
 nox.options.reuse_existing_virtualenvs = True
 
-EXTRAS = "test,lint,typecheck,drivers,lab,images"
+EXTRAS = "test,lint,typecheck,drivers,lab,images,stacks"
 
 
 def _install(session: nox.Session) -> None:

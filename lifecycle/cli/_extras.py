@@ -22,6 +22,7 @@ EXTRA_OF: dict[str, str] = {
     "aiohttp": "lab",
     "jsonpatch": "lab",
     "ansible": "images",
+    "tf": "stacks",
 }
 
 

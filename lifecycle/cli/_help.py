@@ -64,6 +64,7 @@ EXAMPLES: dict[str, str] = {
     "serve": "racklife serve --db postgresql://racklife@db.example/racklife --refresh-interval 300",
     "status": "racklife status --watch 5",
     "report capacity": "racklife report capacity --since 7d --json",
+    "terraform install-provider": "racklife terraform install-provider --dir ~/tf-mirror --config ~/.terraformrc",
     "lab up": "sudo racklife lab up --nodes 4 --dir /tmp/rl-lab",
     "lab status": "racklife lab status --dir /tmp/rl-lab",
     "lab down": "sudo racklife lab down --dir /tmp/rl-lab",

@@ -72,6 +72,8 @@ COMMANDS: dict[str, Entry] = {
                     "Show the fleet: pools and GPU capacity, nodes per state, running workflows and their "
                     "current step."),
     "report": Entry("report", "app", "Reports on the fleet from the store."),
+    # The provider needs the 'stacks' extra (PyPI tf): without it the group is a stand-in that names it.
+    "terraform": Entry("terraform", "app", "racklife's Terraform provider."),
     # The lab needs the 'lab' extra: without it the group is a stand-in that names the extra.
     "lab": Entry("lab", "app", "An emulated GPU rack on this machine (needs root).",
                  children=(("tour", "tour", "tour_cmd"),)),

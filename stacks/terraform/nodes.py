@@ -1,0 +1,227 @@
+"""``racklife_node`` (resource and data source): a node's pool, image and firmware baseline, and what racklife sees.
+
+A create or update converges the node on the resource through the planner's
+apply (enrol, provision, accept, join; a changed pool is a role swap by
+``move-pool``; a changed image a reimage once racklife has that workflow); a
+read is the planner's refresh and plan of the node; a delete is its
+decommission, refused while jobs run and, until racklife has a decommission
+workflow, refused with that reason. Observed values are computed attributes;
+a node the planner would change (powered off by hand, drained out of its
+partition) has a non-empty ``steps``, and the ``plan`` hook turns that into
+an update, because Terraform never plans a change for drift in computed
+attributes alone.
+
+A failed create returns no state: Terraform then plans the create again and
+the next apply resumes the node from where racklife's store says it is (a
+tainted node would be replaced, that is decommissioned and rebuilt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tf import schema, types
+from tf.iface import (
+    CreateContext,
+    DataSource,
+    DeleteContext,
+    ImportContext,
+    PlanContext,
+    ReadContext,
+    ReadDataContext,
+    Resource,
+    UpdateContext,
+)
+
+from lifecycle.model.inventory import InventoryError
+from lifecycle.store import StoreError
+from stacks.terraform.desired import NodeWant
+from stacks.terraform.fleet import NodeView, Outcome
+from stacks.terraform.provider_base import ProviderBase, configured
+
+SCHEMA_VERSION = 1
+# What the planner raises on bad input or an unreachable store: a diagnostic, never a traceback. A node or pool
+# the inventory lacks, an unknown node name (ValueError), a refused import or a store down (StoreError), a base
+# inventory that does not parse (InventoryError).
+TROUBLE = (ValueError, StoreError, InventoryError)
+DESIRED = ("name", "pool", "image", "firmware")
+# Computed attributes that a change makes unknown until the apply has observed the node again.
+OBSERVED = ("state", "power", "booted_image", "steps", "blockers")
+
+
+def _s(name: str, desc: str, **kw: Any) -> schema.Attribute:
+    return schema.Attribute(name, types.String(), description=desc, **kw)
+
+
+def _list(name: str, desc: str) -> schema.Attribute:
+    return schema.Attribute(name, types.List(types.String()), description=desc, computed=True)
+
+
+RESOURCE_SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
+    _s("id", "The node's name.", computed=True),
+    _s("name", "The node's name in the base inventory (its serial, BMC and NICs come from there).",
+       required=True, requires_replace=True),
+    _s("pool", "The pool the node serves; a change is a role swap.", required=True),
+    _s("image", "The golden image the node runs (default: the inventory's); a change is a reimage.",
+       optional=True),
+    schema.Attribute("firmware", types.Map(types.String()), optional=True,
+                     description="Firmware baseline: component name -> version the BMC must report."),
+    _s("state", "racklife's lifecycle state of the node.", computed=True),
+    _s("power", "The power state its BMC reports.", computed=True),
+    _s("booted_image", "The image the node last booted, from the boot server's records.", computed=True),
+    _list("steps", "What racklife's plan would still do to the node (empty: converged)."),
+    _list("blockers", "What racklife will not act through (a foreign drain or cordon, an unreadable source, …)."),
+])
+
+DATA_SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
+    _s("name", "The node's name.", required=True),
+    _s("id", "The node's name.", computed=True),
+    _s("state", "racklife's lifecycle state.", computed=True),
+    _s("pool", "The pool it serves now.", computed=True),
+    _s("power", "The power state its BMC reports.", computed=True),
+    _s("booted_image", "The image it last booted.", computed=True),
+    _s("slurm_state", "Its state in Slurm (Slurm pools only).", computed=True),
+    schema.Attribute("kube_ready", types.Bool(), computed=True,
+                     description="Whether its Kubernetes Node is Ready (Kubernetes pools only)."),
+    _list("jobs", "Slurm jobs running on it."),
+    _s("acceptance_record", "The newest acceptance record's id.", computed=True),
+    schema.Attribute("firmware", types.Map(types.String()), computed=True,
+                     description="Firmware versions its BMC reports (read only when a baseline asks for them)."),
+    _list("drift", "Where the sources disagree with the inventory (source/kind: what)."),
+    _list("steps", "What racklife's plan would do to it."),
+    _list("blockers", "What racklife will not act through."),
+    _s("observed_at", "When the sources were read (UTC, ISO 8601).", computed=True),
+])
+
+
+def want_of(state: dict[str, Any]) -> NodeWant:
+    return NodeWant(str(state["name"]), str(state["pool"]), state.get("image") or None,
+                    dict(state.get("firmware") or {}))
+
+
+def _state(desired: dict[str, Any], v: NodeView) -> dict[str, Any]:
+    return {"id": v.name, "name": v.name, "pool": v.pool or desired.get("pool"), "image": desired.get("image"),
+            "firmware": desired.get("firmware"), "state": v.state, "power": v.power,
+            "booted_image": v.booted_image, "steps": list(v.steps), "blockers": list(v.blockers)}
+
+
+def _report(diags: Any, verb: str, out: Outcome) -> None:
+    for problem in out.problems:
+        diags.add_error(f"racklife could not {verb} {out.view.name}", problem)
+
+
+class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type information
+    def __init__(self, provider: ProviderBase) -> None:
+        self.provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "node"
+
+    @classmethod
+    def get_schema(cls) -> schema.Schema:
+        return RESOURCE_SCHEMA
+
+    def read(self, ctx: ReadContext, current: dict[str, Any]) -> dict[str, Any] | None:
+        fleet = configured(self.provider, ctx.diagnostics)
+        if fleet is None:
+            return current
+        try:
+            view = fleet.view(want_of(current))
+        except TROUBLE as exc:
+            ctx.diagnostics.add_error(f"racklife could not read {current['name']}", str(exc))
+            return current
+        return _state(current, view) if view.exists else None  # gone from the store: Terraform plans a create
+
+    def plan(self, ctx: PlanContext, current: dict[str, Any] | None, planned: dict[str, Any]) -> dict[str, Any]:
+        if current is None:
+            return planned
+        changed = bool(ctx.changed_fields & set(DESIRED)) or bool(current.get("steps"))
+        if changed:
+            planned.update({k: types.Unknown for k in OBSERVED})
+        if current.get("blockers"):
+            ctx.diagnostics.add_warning(f"racklife will not act through a blocker on {current['name']}",
+                                        "; ".join(current["blockers"]))
+        return planned
+
+    def create(self, ctx: CreateContext, planned: dict[str, Any]) -> dict[str, Any] | None:
+        return self._converge(ctx, planned, "create")
+
+    def update(self, ctx: UpdateContext, current: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any] | None:
+        return self._converge(ctx, planned, "update", current)
+
+    def _converge(self, ctx: Any, planned: dict[str, Any], verb: str,
+                  current: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        fleet = configured(self.provider, ctx.diagnostics)
+        if fleet is None:
+            return current
+        try:
+            out = fleet.converge(want_of(planned))
+        except TROUBLE as exc:
+            ctx.diagnostics.add_error(f"racklife could not {verb} {planned['name']}", str(exc))
+            return current
+        _report(ctx.diagnostics, verb, out)
+        if not out.ok and current is None:
+            return None  # not created: the next apply plans the create again and resumes the node
+        return _state(planned, out.view)
+
+    def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> dict[str, Any] | None:
+        fleet = configured(self.provider, ctx.diagnostics)
+        if fleet is None:
+            return current
+        try:
+            out = fleet.retire(str(current["name"]))
+        except TROUBLE as exc:
+            ctx.diagnostics.add_error(f"racklife could not destroy {current['name']}", str(exc))
+            return current
+        if out.ok:
+            return None
+        _report(ctx.diagnostics, "destroy", out)
+        return current  # refused: the node stays, and so does its state
+
+    def import_(self, ctx: ImportContext, id: str) -> dict[str, Any] | None:  # tf names it id
+        fleet = configured(self.provider, ctx.diagnostics)
+        if fleet is None:
+            return None
+        try:
+            view = fleet.observe(id)
+        except TROUBLE as exc:
+            ctx.diagnostics.add_error(f"racklife could not read {id}", str(exc))
+            return None
+        if not view.exists:
+            ctx.diagnostics.add_error(f"racklife's store has no node {id}",
+                                      "import the inventory (`racklife inventory import`) or create the node")
+            return None
+        return _state({"name": id, "pool": view.pool}, view)
+
+
+class NodeData(DataSource):  # type: ignore[misc]  # tf ships no type information
+    def __init__(self, provider: ProviderBase) -> None:
+        self.provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "node"
+
+    @classmethod
+    def get_schema(cls) -> schema.Schema:
+        return DATA_SCHEMA
+
+    def read(self, ctx: ReadDataContext, config: dict[str, Any]) -> dict[str, Any] | None:
+        fleet = configured(self.provider, ctx.diagnostics)
+        name = str(config["name"])
+        if fleet is None:
+            return None
+        try:
+            v = fleet.observe(name)
+        except TROUBLE as exc:
+            ctx.diagnostics.add_error(f"racklife could not read {name}", str(exc))
+            return None
+        if not v.exists:
+            ctx.diagnostics.add_error(f"racklife's store has no node {name}", "", ["name"])
+            return None
+        return {"name": name, "id": name, "state": v.state, "pool": v.pool, "power": v.power,
+                "booted_image": v.booted_image, "slurm_state": v.slurm_state, "kube_ready": v.kube_ready,
+                "jobs": list(v.jobs), "acceptance_record": v.acceptance_record, "firmware": dict(v.firmware),
+                "drift": list(v.drift), "steps": list(v.steps), "blockers": list(v.blockers),
+                "observed_at": v.observed_at}
