@@ -102,7 +102,7 @@ def view_of(name: str, p: NodePlan | None, o: Observation | None, stored_pool: s
             want: NodeWant | None) -> NodeView:
     if p is None and o is None:
         return NodeView(name, exists=stored_pool is not None, state="absent", pool=stored_pool)
-    steps = [s.describe() for s in p.steps] if p is not None else []
+    steps = [f"{s.describe()} (why: {s.reason})" for s in p.steps] if p is not None else []
     firmware = _firmware_steps(o, want) if want is not None else []
     cannot = [s.describe() for s in p.steps if not s.implemented] if p is not None else []
     return NodeView(
@@ -288,7 +288,7 @@ class Fleet:
             view = self._views(store, plan_fleet(store, inv, [name], sources), [name], {})[name]
             problems: list[str] = []
             if view.jobs:
-                problems.append(f"jobs {', '.join(view.jobs)} are running on {name}: racklife decommissions "
+                problems.append(f"Slurm job(s) {', '.join(view.jobs)} running on {name}: racklife decommissions "
                                 "only an idle node; the node stays in service and in the Terraform state")
             problems += [f"racklife cannot decommission {name} yet, so nothing was done: {step}"
                          for step in view.cannot]

@@ -1,0 +1,121 @@
+"""The provider's pieces below Terraform: the composed inventory, pool attributes, batching of calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from lifecycle.model.inventory import Pool, load_inventory
+from lifecycle.model.states import Actor
+from lifecycle.store import Store
+from stacks.terraform.batch import Batcher
+from stacks.terraform.desired import NodeWant, UnknownNode, UnknownPool, compose
+from stacks.terraform.pools import pool_of, state_of
+from stacks.terraform.settings import from_config
+
+
+@pytest.fixture
+def site(repo_dir: Path, tmp_path: Path) -> tuple[Path, Store]:
+    inv_path = repo_dir / "examples" / "site-h100-2rack.yaml"
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    from lifecycle.store import connect
+
+    connect.ensure_store(store.url)
+    store.import_inventory(load_inventory(inv_path), Actor.OPERATOR, "test")
+    return inv_path, store
+
+
+def test_the_resource_sets_pool_and_image_of_its_node_only(site: tuple[Path, Store]) -> None:
+    path, store = site
+    base = load_inventory(path)
+    first, second = base.nodes[0], base.nodes[1]
+    other = "inference" if first.pool == "training" else "training"
+    inv = compose(base, store, {first.name: NodeWant(first.name, other, "debian12-gpu")})
+    assert inv.node(first.name).pool == other and inv.node(first.name).image == "debian12-gpu"
+    assert inv.node(second.name) == store.get(second.name).node().model_copy(
+        update={"pool": store.get(second.name).pool})
+
+
+def test_a_pool_apply_changes_no_node_and_wins_over_the_file(site: tuple[Path, Store]) -> None:
+    path, store = site
+    base = load_inventory(path)
+    floor = base.pools["training"].model_copy(update={"min_nodes": 3})
+    inv = compose(base, store, pools={"training": floor}, for_import=True)
+    report = store.import_inventory(inv, Actor.OPERATOR, "test")
+    assert not report.updated and not report.added and len(report.unchanged) == len(base.nodes)
+    assert store.pool("training").min_nodes == 3
+    assert compose(base, store).pools["training"].min_nodes == 3  # the store's definition, not the file's
+
+
+def test_a_node_or_pool_nobody_defines_is_refused(site: tuple[Path, Store]) -> None:
+    path, store = site
+    base = load_inventory(path)
+    with pytest.raises(UnknownNode, match="r99-n99"):
+        compose(base, store, {"r99-n99": NodeWant("r99-n99", "training")})
+    with pytest.raises(UnknownPool, match="no such pool: gpu-farm"):
+        compose(base, store, {base.nodes[0].name: NodeWant(base.nodes[0].name, "gpu-farm")})
+
+
+def test_pool_attributes_map_to_the_inventory_pool_and_back() -> None:
+    attrs = {"name": "inference", "scheduler": "kubernetes", "partition": None, "min_nodes": 2.0,
+             "labels": {"racklife.io/pool": "inference"}, "taints": ["b=1:NoSchedule", "a=1:NoSchedule"],
+             "leave_policy": None, "retest_level": None, "drain_deadline_s": None}
+    pool = pool_of(attrs)
+    assert pool == Pool(scheduler="kubernetes", min_nodes=2, labels={"racklife.io/pool": "inference"},
+                        taints=["a=1:NoSchedule", "b=1:NoSchedule"])
+    back = state_of("inference", pool, attrs)
+    assert back["taints"] == ["a=1:NoSchedule", "b=1:NoSchedule"] and back["leave_policy"] == "wait"
+    assert state_of("p", Pool(scheduler="none"), {"labels": None, "taints": None})["labels"] is None
+    with pytest.raises(ValidationError, match="partition"):
+        pool_of({"scheduler": "slurm"})
+
+
+def test_calls_made_together_are_one_planner_call() -> None:
+    rounds: list[list[str]] = []
+
+    def run(asks: dict[str, int]) -> dict[str, int]:
+        rounds.append(sorted(asks))
+        return {k: v * 10 for k, v in asks.items()}
+
+    batch: Batcher[int, int] = Batcher(run, 0.3, threading.Lock())
+    results: dict[str, int] = {}
+
+    def call(key: str, value: int) -> None:
+        results[key] = batch.submit(key, value)
+
+    threads = [threading.Thread(target=call, args=(f"n{i}", i)) for i in range(4)]
+    for t in threads:
+        t.start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join(10)
+    assert rounds == [["n0", "n1", "n2", "n3"]]
+    assert results == {"n0": 0, "n1": 10, "n2": 20, "n3": 30}
+    assert batch.submit("late", 5) == 50 and rounds[-1] == ["late"]
+
+
+def test_a_failed_round_fails_every_caller_in_it() -> None:
+    def run(asks: dict[str, int]) -> dict[str, int]:
+        raise ValueError("store down")
+
+    batch: Batcher[int, int] = Batcher(run, 0.0, threading.Lock())
+    with pytest.raises(ValueError, match="store down"):
+        batch.submit("a", 1)
+
+
+def test_provider_settings_come_from_the_block_then_the_environment(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("x")
+    settings, problems = from_config({"max_in_flight": 4}, {"RACKLIFE_INVENTORY": str(inv),
+                                                           "RACKLIFE_HOME": str(tmp_path), "KUBECONFIG": "/k"})
+    assert not problems and settings is not None
+    assert settings.inventory == inv and settings.max_in_flight == 4 and settings.kubeconfig == "/k"
+    assert settings.images_dir == tmp_path / "images" and settings.operator.startswith("terraform:")
+    _, problems = from_config({"acceptance_level": "extreme", "max_unavailable": "0%", "boot_timeout": 0,
+                               "bmc_credentials": {"1BAD": "u:p"}}, {})
+    assert {attr for attr, _ in problems} == {"inventory", "acceptance_level", "max_unavailable", "boot_timeout",
+                                              "bmc_credentials"}
