@@ -136,8 +136,10 @@ class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type informat
     def plan(self, ctx: PlanContext, current: dict[str, Any] | None, planned: dict[str, Any]) -> dict[str, Any]:
         if current is None:
             return planned
-        changed = bool(ctx.changed_fields & set(DESIRED)) or bool(current.get("steps"))
-        if changed:
+        # A node held by a run is planned too: if the run's process is gone (the provider killed mid-apply),
+        # the apply's controller recovers it and awaits it before converging the rest; a live one blocks.
+        held = any(str(b).startswith("held:") for b in current.get("blockers") or ())
+        if ctx.changed_fields & set(DESIRED) or current.get("steps") or held:
             planned.update({k: types.Unknown for k in OBSERVED})
         if current.get("blockers"):
             ctx.diagnostics.add_warning(f"racklife will not act through a blocker on {current['name']}",
