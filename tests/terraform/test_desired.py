@@ -119,3 +119,31 @@ def test_provider_settings_come_from_the_block_then_the_environment(tmp_path: Pa
                                "bmc_credentials": {"1BAD": "u:p"}}, {})
     assert {attr for attr, _ in problems} == {"inventory", "acceptance_level", "max_unavailable", "boot_timeout",
                                               "bmc_credentials"}
+
+
+def _plan(current: dict[str, object], changed: set[str] | None = None) -> tuple[dict[str, object], list[str]]:
+    from tf.iface import PlanContext
+    from tf.utils import Diagnostics
+
+    from stacks.terraform.nodes import NodeResource
+    from stacks.terraform.provider_base import ProviderBase
+
+    ctx = PlanContext(Diagnostics(), "racklife_node", changed_fields=changed or set())
+    planned = NodeResource(ProviderBase()).plan(ctx, dict(current), dict(current))
+    return planned, [d.summary for d in ctx.diagnostics.diagnostics]
+
+
+def test_the_plan_hook_turns_racklife_work_into_an_update() -> None:
+    from tf.types import Unknown
+
+    node = {"id": "n1", "name": "n1", "pool": "training", "image": None, "firmware": None, "state": "in_service",
+            "power": "on", "booted_image": "minimal", "steps": [], "blockers": []}
+    assert _plan(node) == (node, [])  # converged: no change
+    planned, _ = _plan(node | {"steps": ["power-on (why: bmc: …)"]})  # drift the planner would fix
+    assert planned["steps"] is Unknown and planned["power"] is Unknown
+    planned, _ = _plan(node | {"blockers": ["held: held by run r1: it finishes first"]})  # a run to re-attach to
+    assert planned["state"] is Unknown
+    planned, warnings = _plan(node | {"blockers": ["foreign-drain: slurm: drained by root"]})
+    assert planned["steps"] == [] and warnings == ["racklife will not act through a blocker on n1"]
+    planned, _ = _plan(node | {"pool": "inference"}, {"pool"})  # a config change: a role swap
+    assert planned["steps"] is Unknown and planned["pool"] == "inference"
