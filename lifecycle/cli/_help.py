@@ -54,6 +54,12 @@ EXAMPLES: dict[str, str] = {
     "bmc inventory": f"racklife bmc inventory --inventory {INV} --node r01-n01 --json",
     "bmc sel": f"racklife bmc sel --inventory {INV} --node r01-n01",
     "bmc sensors": f"racklife bmc sensors --inventory {INV} --node r01-n01",
+    "bmc firmware list": f"racklife bmc firmware list r01-n01 --inventory {INV} --json",
+    "bmc firmware update": f"racklife bmc firmware update r01-n01 --inventory {INV} --file bmc-2.16.0.tar "
+                           "--component BMC --expect-version 2.16.0",
+    "bmc bios list": f"racklife bmc bios list r01-n01 --inventory {INV} --pending",
+    "bmc bios set": f"racklife bmc bios set r01-n01 SriovGlobalEnable=Enabled ProcVirtualization=Enabled "
+                    f"--reboot --inventory {INV}",
     "kube render": f"racklife kube render gpu-operator --inventory {INV}",
     "kube join": "racklife kube join r02-n01 r02-n02 --kubeconfig ~/.kube/config --ready-timeout 600",
     "kube validate": "racklife kube validate clusterpolicy.yaml",

@@ -35,7 +35,7 @@ class Entry:
     module: str
     attr: str
     help: str
-    children: tuple[tuple[str, str, str], ...] = ()  # (name, module, attr): commands added to the group
+    children: tuple[tuple[str, str, str], ...] = ()  # (name, module, attr): commands or groups added
 
 
 COMMANDS: dict[str, Entry] = {
@@ -60,7 +60,8 @@ COMMANDS: dict[str, Entry] = {
     "slurm": Entry("slurm", "app", "Slurm configuration and state."),
     "evidence": Entry("evidence", "app", "Acceptance evidence bundles."),
     "burnin": Entry("burnin", "app", "Node burn-in: GPUs, links and firmware checked against a SKU profile."),
-    "bmc": Entry("bmc", "app", "Power, boot device, inventory, SEL and sensors of one BMC."),
+    "bmc": Entry("bmc", "app", "Power, boot device, inventory, SEL, sensors, firmware and BIOS of one BMC.",
+                 children=(("firmware", "bmc_changes", "firmware_app"), ("bios", "bmc_changes", "bios_app"))),
     "kube": Entry("kube", "app", "Kubernetes objects racklife renders (GPU Operator, Slinky)."),
     "metrics": Entry("metrics", "app", "Prometheus metrics computed from the store."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
@@ -108,10 +109,14 @@ def _build(name: str) -> click.Command:
     obj = getattr(mod, entry.attr)
     if isinstance(obj, typer.Typer):
         for child, module, attr in entry.children:
-            if child not in {c.name for c in obj.registered_commands}:
+            known = {c.name for c in obj.registered_commands} | {g.name for g in obj.registered_groups}
+            if child not in known:
                 got = load(module, f"{name} {child}")
                 fn = getattr(got, attr) if isinstance(got, ModuleType) else got
-                obj.command(child)(fn)
+                if isinstance(fn, typer.Typer):  # a sub-group (`bmc firmware update`)
+                    obj.add_typer(fn, name=child)
+                else:
+                    obj.command(child)(fn)
         cmd = typer.main.get_group(obj)  # a group even with one command (`nodes list`)
         cmd.name = name
         return cmd

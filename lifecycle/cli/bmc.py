@@ -33,7 +33,7 @@ from lifecycle.drivers.bmc.factory import driver_for, driver_from_args
 from lifecycle.drivers.errors import DriverError
 from lifecycle.model.inventory import InventoryError, load_inventory
 
-app = typer.Typer(help="Power, boot device, inventory, SEL and sensors of one BMC.",
+app = typer.Typer(help="Power, boot device, inventory, SEL, sensors, firmware and BIOS of one BMC.",
                   no_args_is_help=True)
 
 

@@ -2,7 +2,8 @@
 
 The validator walks every resource reachable from the service root, including
 what the emulator builds itself (sessions, tasks, log entries, added GPUs and
-drives) after the BMC has done some work (power off and on, a boot override, an
+drives, a synthetic FirmwareInventory and Bios settings) after the BMC has done some work
+(power off and on, a boot override, a firmware update, a staged BIOS change, an
 erase Task where there is a drive), and must report zero failures, for every
 captured vendor tree. The trees are served normalised (``vendor_fixes.py``):
 the captures as they are fail 52 to 216 checks each. The schemas come from
@@ -22,8 +23,11 @@ from pathlib import Path
 import pytest
 
 from lifecycle.drivers.bmc.base import BootDevice, PowerAction
+from lifecycle.drivers.bmc.firmware import update_firmware
 from lifecycle.drivers.bmc.redfish import RedfishDriver
+from lifecycle.drivers.boot.image_serve import serve_image
 from lifecycle.lab.redfish_emulator import BmcConfig, ExtraHardware, RedfishEmulator
+from lifecycle.lab.redfish_emulator.update_service import make_image
 
 MakeDriver = Callable[..., RedfishDriver]
 USER, PASSWORD = "racklife", "emulator-S3cret!"
@@ -46,7 +50,8 @@ CASES: dict[str, Case] = {
     "dell-idrac-bmclib": Case(("/redfish/v1/Systems/System.Embedded.1",
                                "/redfish/v1/Systems/System.Embedded.1/Bios",
                                "/redfish/v1/Managers/iDRAC.Embedded.1/LogServices/Sel/Entries/1",
-                               "/redfish/v1/UpdateService"), 12),
+                               "/redfish/v1/UpdateService",
+                               "/redfish/v1/UpdateService/FirmwareInventory/BMC"), 12),
     # Synthetic GPUs in the PCIeDevices shape (a display-class PCIeFunction).
     "dmtf-public-rackmount1": Case(
         ("/redfish/v1/Systems/437XR1138R2/Processors/CPU1",
@@ -63,7 +68,9 @@ CASES: dict[str, Case] = {
     "openbmc-stock": Case(
         ("/redfish/v1/Systems/system/Processors/GPU0",
          "/redfish/v1/Systems/system/Storage/NVMe/Drives/0",
-         "/redfish/v1/Systems/system/LogServices/EventLog/Entries"), 30,
+         "/redfish/v1/Systems/system/LogServices/EventLog/Entries",
+         "/redfish/v1/Systems/system/Bios",
+         "/redfish/v1/UpdateService/FirmwareInventory/5d0869c4"), 30,
         ExtraHardware(gpus=2, gpu_source="processors", drives=1),
         ("/redfish/v1/SessionService/Sessions/", "/redfish/v1/TaskService/Tasks/",
          "/redfish/v1/Systems/system/LogServices/EventLog/Entries/")),
@@ -144,6 +151,12 @@ def test_every_vendor_tree_passes_the_dmtf_validator(
         drv.set_boot(BootDevice.PXE)  # the system served from this BMC's own copy
         if case.hardware.drives:
             drv.secure_erase("0")  # a finished Task
+        # A firmware update (FirmwareInventory changed by a Task) and a BIOS change staged.
+        component = drv.firmware_inventory()[0]
+        update_firmware(drv, component.name, make_image(tmp_path / "fw.tar", "BMC", "9.9.9"),
+                        serve=serve_image)
+        name, value = next(iter(drv.bios_attributes().items()))
+        drv.set_bios_attributes({name: f"{value}x" if isinstance(value, str) else value})
         stdout, debug_log = validate(emu.urls[tree], shared_dir / "redfish-schemas", tmp_path)
     failures = failures_by_uri(debug_log)
     assert failures == {}, report(stdout, failures, tmp_path)

@@ -26,7 +26,9 @@ def test_dell_idrac_inventory(emulator: RedfishEmulator, make_driver: MakeDriver
     # of them; the emulator prunes those links (see test_emulator_normalise), and the as-captured
     # tree's dangling links also read as empty, not as an error.
     assert inv.cpus == [] and inv.gpus == [] and inv.nics == [] and inv.drives == []
-    assert inv.firmware == []
+    # Nor a FirmwareInventory: the emulator serves a synthetic one (update_service.py).
+    assert inv.firmware == [Firmware("BMC firmware", "1.20.50.52", True),
+                            Firmware("System BIOS", "2.2.4", True)]
 
 
 def test_dmtf_rackmount_inventory(emulator: RedfishEmulator, make_driver: MakeDriver) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from lifecycle.drivers.errors import AuthFailed, NotSupported
 from lifecycle.model.redact import register
@@ -294,7 +294,7 @@ class BiosInterface(_Interface):
 
     @abc.abstractmethod
     def bios_pending_attributes(self) -> dict[str, object]:
-        """Attributes staged and not yet applied (empty when nothing is pending)."""
+        """Attributes staged with a value not yet applied (empty when nothing is pending)."""
 
     @abc.abstractmethod
     def set_bios_attributes(self, attributes: dict[str, object], *,
@@ -376,10 +376,13 @@ def not_supported_message(hardware_type: str, capability: Capability,
             f"the {hardware_type} driver offers {offered} (use Redfish for this node)")
 
 
-def require(driver: BmcDriver, interface: type[Iface]) -> Iface:
-    """``driver`` as ``interface``, or ``NotSupported`` saying which driver lacks what."""
-    if isinstance(driver, interface):
-        return driver
+def require(driver: BmcDriver, interface: Callable[..., Iface]) -> Iface:
+    """``driver`` as ``interface``, or ``NotSupported`` saying which driver lacks what.
+
+    ``interface`` is one of the interface classes (typed as a callable only because mypy
+    refuses abstract classes where a ``type[...]`` is expected)."""
+    if isinstance(driver, interface):  # type: ignore[arg-type]
+        return cast(Iface, driver)
     capability = next(c for c, i in INTERFACES.items() if i is interface)
     raise NotSupported(driver.target, not_supported_message(
         driver.hardware_type, capability, driver.capabilities))

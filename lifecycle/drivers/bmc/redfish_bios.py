@@ -34,11 +34,15 @@ class RedfishBios(RedfishSystem, BiosInterface):
         return dict(attributes)
 
     def bios_pending_attributes(self) -> dict[str, object]:
-        """Attributes staged in the settings object and not yet applied."""
+        """Attributes staged in the settings object with a value the live Bios does not have
+        (iLO mirrors every attribute in its settings object: those are not pending)."""
         _, bios = self._bios()
         settings = self.reader.optional(parse.link(bios, "@Redfish.Settings", "SettingsObject"))
         pending = (settings or {}).get("Attributes")
-        return dict(pending) if isinstance(pending, dict) else {}
+        current = bios.get("Attributes") or {}
+        if not isinstance(pending, dict):
+            return {}
+        return {k: v for k, v in pending.items() if current.get(k, object()) != v}
 
     def set_bios_attributes(self, attributes: dict[str, object], *,
                             apply_time: BiosApplyTime | None = None) -> BiosStaged:

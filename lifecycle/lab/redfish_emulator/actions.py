@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from lifecycle.lab.redfish_emulator import update_service
 from lifecycle.lab.redfish_emulator.bmc import BmcState, Reply, error
 from lifecycle.lab.redfish_emulator.dispatch import start_task
 from lifecycle.lab.redfish_emulator.tree import Resource, norm
@@ -94,18 +95,7 @@ def _virtual_media(state: BmcState, owner: str, desc: Resource, body: Resource,
 
 
 def _simple_update(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
-    image = body.get("ImageURI")
-    if not isinstance(image, str) or not image:
-        return error(400, "Base.1.8.ActionParameterMissing", "ImageURI is required.")
-    targets = [str(t) for t in body.get("Targets", [])]
-
-    def done(ok: bool) -> list[str]:
-        if not ok:
-            return [f"Update from {image} failed: image verification error."]
-        return [f"Update from {image} applied to {', '.join(targets) or 'the default target'}."]
-
-    state.log_event(f"Firmware update from {image} started.")
-    return start_task(state, "Firmware update", done)
+    return update_service.simple_update(state, body)
 
 
 def _secure_erase(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:

@@ -29,6 +29,9 @@ from lifecycle.lab.redfish_emulator.tree import Resource, VendorTree, load_tree,
 
 PowerHook = Callable[[str, str, str], None]
 Scheduler = Callable[[float, Callable[[], None]], None]
+# Fetch(url, done): download ``url`` off the event loop, then ``done(data, "")`` or
+# ``done(None, why)`` on it (SimpleUpdate's image; see update_service.py).
+Fetch = Callable[[str, Callable[[bytes | None, str], None]], None]
 
 _PUBLIC = {"/redfish", "/redfish/v1", "/redfish/v1/odata", "/redfish/v1/$metadata"}
 _BYTES_CACHE: dict[tuple[int, str], bytes] = {}  # (id of a VendorTree, key)
@@ -78,6 +81,7 @@ class BmcState:
         self.tree: VendorTree = load_tree(config.tree, normalised=not config.as_captured)
         self.schedule = schedule
         self.on_power = on_power
+        self.fetch: Fetch | None = None  # set by the server: how this BMC downloads
         self.requests: Counter[tuple[str, str]] = Counter()
         self.overlay: dict[str, Resource] = {}
         self.sessions: dict[str, Session] = {}
@@ -308,7 +312,10 @@ class BmcState:
         settings_link = (bios or {}).get("@Redfish.Settings", {}).get("SettingsObject", {}).get(
             "@odata.id")
         pending = (self.resource(settings_link) or {}).get("Attributes") if settings_link else None
-        if bios_link and settings_link and pending:
+        if bios_link and settings_link and pending and self.faults.bios_settings_fail:
+            self.writable(bios_link)["@Redfish.Settings"]["Messages"] = [
+                {"MessageId": "Base.1.8.GeneralError", "Message": "BIOS settings were not applied."}]
+        elif bios_link and settings_link and pending:
             live = self.writable(bios_link)
             live.setdefault("Attributes", {}).update(pending)
             self.bump_etag(live)

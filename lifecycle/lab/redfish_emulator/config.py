@@ -24,6 +24,10 @@ class Faults:
     * ``expire_sessions``: drop every session now (one shot), so the next call gets 401;
     * ``fail_tasks``: tasks (firmware update, secure erase) end in ``Exception``;
     * ``erase_leaves_data``: secure erase reports success but the drive reads back degraded;
+    * ``update_keeps_version``: a firmware update's task completes and installs nothing (a BMC
+      that staged the image and never applied it: only reading the version back shows it);
+    * ``bios_settings_fail``: staged BIOS settings are not applied at boot (they stay pending,
+      and ``@Redfish.Settings.Messages`` says so);
     * ``echo_request``: refuse a request that carries credentials or a body (``status``, default
       400) with an error message that quotes it back, headers and body, as some BMCs do: a
       session login's password, a Basic or session token, with it.
@@ -37,6 +41,8 @@ class Faults:
     expire_sessions: bool = False
     fail_tasks: bool = False
     erase_leaves_data: bool = False
+    update_keeps_version: bool = False
+    bios_settings_fail: bool = False
     echo_request: bool = False
 
     def active(self) -> bool:

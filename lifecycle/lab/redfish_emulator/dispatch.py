@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lifecycle.lab.redfish_emulator import bios_settings
 from lifecycle.lab.redfish_emulator.bmc import BmcState, Reply, error, now_iso
 from lifecycle.lab.redfish_emulator.tree import Resource, norm
 
@@ -35,6 +36,7 @@ class Task:
     messages: list[str] = field(default_factory=list)
     start_iso: str = field(default_factory=now_iso)
     end_iso: str | None = None
+    ready: Any = None  # Callable[[], bool] | None: the task cannot end before (a download)
 
     def percent(self, clock: float) -> int:
         if self.state != "Running":
@@ -52,7 +54,7 @@ class Task:
             self.finish()
 
     def finish(self) -> None:
-        if self.state != "Running":
+        if self.state != "Running" or (self.ready is not None and not self.ready()):
             return
         self.state = "Exception" if self.fail else "Completed"
         self.messages.extend(self.on_done(not self.fail))
@@ -177,6 +179,9 @@ def patch(state: BmcState, path: str, body: Resource, if_match: str | None) -> R
                      "The ETag supplied did not match the ETag of the resource.")
     if "Members" in current:
         return error(405, "Base.1.8.OperationNotAllowed", "Collections cannot be patched.")
+    apply_time = bios_settings.take_apply_time(state, path, body)
+    if isinstance(apply_time, Reply):
+        return apply_time
     res = state.writable(path)
     if norm(path) in state.systems and "Boot" in body:
         reply = _check_boot(res, body["Boot"])
@@ -189,6 +194,8 @@ def patch(state: BmcState, path: str, body: Resource, if_match: str | None) -> R
                          f"The property {unknown[0]} is not a known BIOS attribute.")
     _merge(res, body)
     state.bump_etag(res)
+    if apply_time == "Immediate":
+        bios_settings.apply_now(state, path)
     headers = {"ETag": res["@odata.etag"]} if "@odata.etag" in res else {}
     return Reply(200, res, headers)
 

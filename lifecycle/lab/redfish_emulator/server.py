@@ -25,13 +25,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
-from lifecycle.lab.redfish_emulator import actions, dispatch
+from lifecycle.lab.redfish_emulator import actions, bios_settings, dispatch, update_service
 from lifecycle.lab.redfish_emulator.bmc import BmcState, PowerHook, Reply, error
 from lifecycle.lab.redfish_emulator.config import BmcConfig, Faults
+from lifecycle.lab.redfish_emulator.tree import norm
 
 _HANG_S = 3600.0
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a multipart firmware push carries the image
+_FETCH_TIMEOUT_S = 60.0
 
 
 def make_certificate(hosts: Sequence[str], directory: Path) -> tuple[Path, Path]:
@@ -87,6 +90,7 @@ class RedfishEmulator:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._hanging: set[asyncio.Task[Any]] = set()
+        self._downloads: set[asyncio.Task[None]] = set()
         self._transports: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -94,13 +98,17 @@ class RedfishEmulator:
     async def start_async(self) -> None:
         self._loop = asyncio.get_running_loop()
         ssl_ctx = self._ssl_context() if self.tls else None
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         scheme = "https" if self.tls else "http"
         for config in self.configs:
             state = BmcState(config, schedule=self._schedule, on_power=self._power_hook)
+            state.fetch = self._fetch
+            if not config.as_captured:  # as captured means no resources of the emulator's own
+                update_service.install_inventory(state)
+                bios_settings.install(state)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((config.host, config.port))
@@ -255,6 +263,8 @@ class RedfishEmulator:
             reply.headers["WWW-Authenticate"] = 'Basic realm="Redfish"'
             return self._response(reply)
         body: dict[str, Any] = {}
+        if method == "POST" and request.content_type == "multipart/form-data":
+            return self._response(await self._push(state, path, request))
         if method in {"POST", "PATCH", "PUT"}:
             raw = await request.read()
             if raw:
@@ -280,6 +290,39 @@ class RedfishEmulator:
         if method == "DELETE":
             return dispatch.delete(state, path)
         return error(405, "Base.1.8.OperationNotAllowed", f"{method} is not allowed.")
+
+    async def _push(self, state: BmcState, path: str, request: web.Request) -> Reply:
+        """A multipart firmware push (``MultipartHttpPushUri``): UpdateParameters + UpdateFile."""
+        if update_service.push_uri(state) != norm(path):
+            return error(405, "Base.1.8.OperationNotAllowed", f"{path} takes no multipart body.")
+        parts: dict[str, tuple[bytes, str]] = {}
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if isinstance(part, BodyPartReader) and part.name:
+                parts[part.name] = (bytes(await part.read()), part.filename or "")
+        parameters = parts.get("UpdateParameters", (b"", ""))[0]
+        image, filename = parts.get("UpdateFile", (b"", ""))
+        return update_service.push(state, parameters, image, filename)
+
+    def _fetch(self, url: str, done: Callable[[bytes | None, str], None]) -> None:
+        """Download ``url`` on the loop without blocking the other BMCs; then ``done``."""
+        assert self._loop is not None
+
+        async def run() -> None:
+            timeout = ClientTimeout(total=_FETCH_TIMEOUT_S)
+            try:
+                async with ClientSession(trust_env=False, timeout=timeout) as session, \
+                        session.get(url) as reply:
+                    if reply.status != 200:
+                        done(None, f"HTTP {reply.status}")
+                        return
+                    done(await reply.read(), "")
+            except (ClientError, TimeoutError) as exc:
+                done(None, type(exc).__name__)
+
+        task = self._loop.create_task(run())
+        self._downloads.add(task)
+        task.add_done_callback(self._downloads.discard)
 
     async def _hang(self) -> None:
         task = asyncio.current_task()

@@ -1,0 +1,212 @@
+"""Firmware and BIOS changes on one node, through its BMC, verified by reading them back.
+
+Why it exists: these are the per-node change kinds a rolling upgrade applies (after the node
+has left its scheduler, before acceptance), and what ``racklife bmc firmware update`` and
+``racklife bmc bios set`` do on one node. Both end in a read-back, because a BMC's "done" is
+not evidence: a firmware update must change the version the FirmwareInventory reports
+(``drivers/bmc/firmware.py``), and BIOS settings must read back from the live ``Bios`` after
+the reboot that applies them. Whether a node can take either change at all is known from
+its inventory entry before anything is planned (``check``): IPMI has no firmware or BIOS
+interface, and a step asked anyway refuses with that reason, sending nothing.
+
+``update_firmware(node, file, component)`` and ``set_bios(node, attrs)`` are the workflow
+steps (journaled, the node's BMC from the store); ``apply_bios`` and ``coerce_bios`` are the
+driver-level pieces the CLI shares.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from lifecycle.drivers.bmc.base import (
+    BiosApplyTime,
+    BiosInterface,
+    BmcDriver,
+    Capability,
+    FirmwareInterface,
+    PowerAction,
+    PowerState,
+    UpdateMethod,
+    require,
+)
+from lifecycle.drivers.bmc.firmware import update_firmware as verified_update
+from lifecycle.drivers.errors import NotSupported, OperationFailed
+from lifecycle.model.inventory import Node
+from lifecycle.workflows.retry import step
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class _SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+# What each change kind needs of the node's BMC: the planner asks before planning it.
+CHANGE_NEEDS: dict[str, Capability] = {"firmware": Capability.FIRMWARE, "bios": Capability.BIOS}
+
+
+def check(node: Node, kind: str) -> str | None:
+    """None when ``node``'s BMC can take a ``kind`` change; else why not (no I/O)."""
+    from lifecycle.drivers.bmc.factory import unsupported_reason
+
+    return unsupported_reason(node, CHANGE_NEEDS[kind])
+
+
+@dataclass(frozen=True)
+class FirmwareSettings:
+    serve_host: str = "127.0.0.1"  # where the controller serves the image for SimpleUpdate
+    method: UpdateMethod | None = None  # None: pull where the BMC offers it, else push
+    expect_version: str | None = None
+
+
+@dataclass(frozen=True)
+class BiosSettings:
+    apply_time: BiosApplyTime | None = None  # None: OnReset where offered, else Immediate
+    reboot: bool = True  # OnReset: reset the node now and read back (False: stage only)
+    timeout_s: float = 900.0  # for the reboot and the read-back
+    poll_s: float = 5.0
+
+
+@dataclass
+class BiosResult:
+    changed: dict[str, object]
+    apply_time: str
+    applied: bool  # read back from the live Bios
+    rebooted: bool
+    pending: dict[str, object] = field(default_factory=dict)
+
+
+def coerce_bios(current: dict[str, object], raw: dict[str, str], target: str) -> dict[str, object]:
+    """``KEY=VALUE`` strings typed like the attribute they set (int, bool, string)."""
+    unknown = sorted(set(raw) - set(current))
+    if unknown:
+        raise OperationFailed(target, f"unknown BIOS attribute(s): {', '.join(unknown)}")
+    typed: dict[str, object] = {}
+    for key, text in raw.items():
+        now = current[key]
+        if isinstance(now, bool):
+            if text.lower() not in ("true", "false"):
+                raise OperationFailed(target, f"{key} is a boolean: true or false, not {text!r}")
+            typed[key] = text.lower() == "true"
+        elif isinstance(now, int):
+            try:
+                typed[key] = int(text, 0)
+            except ValueError:
+                raise OperationFailed(target, f"{key} is an integer, not {text!r}") from None
+        else:
+            typed[key] = text
+    return typed
+
+
+def apply_bios(bmc: BmcDriver, attributes: dict[str, object], settings: BiosSettings,
+               clock: Clock | None = None) -> BiosResult:
+    """Stage ``attributes``, reboot when they apply on reset, and read them back.
+
+    Already set: nothing is sent and nothing rebooted. Raises ``OperationFailed`` when the
+    live Bios does not show them within ``timeout_s`` (with what is still pending).
+    """
+    bios = require(bmc, BiosInterface)
+    clock = clock or _SystemClock()
+    current = bios.bios_attributes()
+    if all(current.get(k, object()) == v for k, v in attributes.items()):
+        return BiosResult({}, (settings.apply_time or BiosApplyTime.ON_RESET).value, True, False)
+    staged = bios.set_bios_attributes(attributes, apply_time=settings.apply_time)
+    rebooted = False
+    if staged.apply_time is BiosApplyTime.ON_RESET:
+        if not settings.reboot:
+            return BiosResult(staged.changed, staged.apply_time.value, False, False,
+                              bios.bios_pending_attributes())
+        on = bmc.power_state() in (PowerState.ON, PowerState.POWERING_ON)
+        bmc.power(PowerAction.RESET if on else PowerAction.ON)
+        rebooted = True
+    deadline = clock.monotonic() + settings.timeout_s
+    wrong: dict[str, object] = dict(attributes)
+    while True:
+        if bmc.power_state() is PowerState.ON:
+            live = bios.bios_attributes()
+            wrong = {k: live.get(k) for k, v in attributes.items() if live.get(k) != v}
+            if not wrong:
+                return BiosResult(staged.changed, staged.apply_time.value, True, rebooted)
+        if clock.monotonic() >= deadline:
+            pending = bios.bios_pending_attributes()
+            raise OperationFailed(bmc.target, f"BIOS does not read back {_pairs(attributes)} "
+                                  f"{settings.timeout_s:.0f}s after applying (it reads "
+                                  f"{_pairs(wrong)}; pending: {_pairs(pending) or 'nothing'})")
+        clock.sleep(settings.poll_s)
+
+
+def _pairs(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+# --- workflow steps: the node's BMC from the store --------------------------------------------
+
+def _node_bmc(node: str, capability: Capability) -> BmcDriver:
+    from lifecycle.drivers.bmc.factory import driver_for, unsupported_reason
+    from lifecycle.store import shared_store
+
+    spec = shared_store().get(node).node()
+    reason = unsupported_reason(spec, capability)
+    if reason is not None:
+        raise NotSupported(node, reason)
+    return driver_for(spec.bmc)
+
+
+def _serve(host: str) -> Callable[[Path], Any]:
+    from lifecycle.drivers.boot.image_serve import serve_image
+
+    return partial(serve_image, host=host)
+
+
+@step(idempotent=False)
+def update_firmware(node: str, file: str, component: str,
+                    settings: FirmwareSettings | None = None) -> dict[str, object]:
+    """Update ``component`` of ``node`` from ``file`` and verify the version changed.
+
+    With ``settings.expect_version``, a component already at that version is done (nothing is
+    sent). Not idempotent otherwise: an update is never repeated by the retry layer.
+    """
+    settings = settings or FirmwareSettings()
+    bmc = _node_bmc(node, Capability.FIRMWARE)
+    try:
+        fw = require(bmc, FirmwareInterface)
+        if settings.expect_version is not None:
+            from lifecycle.drivers.bmc.firmware import find_component
+
+            found = find_component(fw.firmware_inventory(), component, fw.target)
+            if found.version == settings.expect_version:
+                return {"component": found.name, "before": found.version,
+                        "after": found.version, "changed": False}
+        result = verified_update(fw, component, Path(file), serve=_serve(settings.serve_host),
+                                 method=settings.method, expect_version=settings.expect_version)
+        return {"component": result.component, "before": result.before, "after": result.after,
+                "method": result.method.value, "task": result.task.task_id, "changed": True}
+    finally:
+        bmc.close()
+
+
+@step(idempotent=True)
+def set_bios(node: str, attrs: dict[str, object],
+             settings: BiosSettings | None = None) -> dict[str, object]:
+    """Set BIOS attributes on ``node``, reboot it if they apply on reset, read them back.
+
+    Idempotent: attributes already set send nothing and reboot nothing.
+    """
+    bmc = _node_bmc(node, Capability.BIOS)
+    try:
+        return asdict(apply_bios(bmc, attrs, settings or BiosSettings()))
+    finally:
+        bmc.close()

@@ -1,0 +1,142 @@
+"""The firmware and BIOS change kinds: refused on a BMC without the interface, BIOS applied
+by a reboot and read back (against the emulator over HTTP), and typed from KEY=VALUE."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lifecycle.drivers.bmc.base import BiosApplyTime, Credentials
+from lifecycle.drivers.bmc.fake import FakeBmc, ManualClock
+from lifecycle.drivers.bmc.redfish import RedfishDriver
+from lifecycle.drivers.errors import NotSupported, OperationFailed
+from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+from lifecycle.model.inventory import load_inventory
+from lifecycle.store import Store
+from lifecycle.workflows import bmc_changes
+from lifecycle.workflows.bmc_changes import BiosSettings, apply_bios, coerce_bios
+
+IPMI_NODE, REDFISH_NODE = "r01-n08", "r01-n01"  # examples/site-h100-2rack.yaml
+USER, PASSWORD = "racklife", "emulator-S3cret!"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def store(tmp_path: Path, repo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path / 'rl.sqlite'}"
+    monkeypatch.setenv("RACKLIFE_DB", url)
+    s = Store(url)
+    s.import_inventory(load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml"))
+    yield s
+    s.close()
+
+
+def test_an_ipmi_node_cannot_take_either_change_and_a_step_refuses_it_clearly(
+        store: Store) -> None:
+    ipmi, redfish = store.get(IPMI_NODE).node(), store.get(REDFISH_NODE).node()
+    assert ipmi.bmc.driver == "ipmi" and redfish.bmc.driver == "redfish"
+    assert bmc_changes.check(redfish, "firmware") is None
+    assert bmc_changes.check(redfish, "bios") is None
+    assert bmc_changes.check(ipmi, "bios") == (
+        "BIOS settings needs a BMC with the bios interface; the ipmi driver offers boot, "
+        "inventory, power (use Redfish for this node)")
+    # The steps refuse before building a driver: nothing is sent (the address is not ours).
+    with pytest.raises(NotSupported, match="firmware update needs a BMC with the firmware "
+                       "interface; the ipmi driver"):
+        bmc_changes.update_firmware(IPMI_NODE, "/does/not/matter.bin", "BMC")
+    with pytest.raises(NotSupported, match="BIOS settings needs .* the ipmi driver"):
+        bmc_changes.set_bios(IPMI_NODE, {"SriovGlobalEnable": "Enabled"})
+
+
+def test_bios_on_reset_reboots_once_and_reads_back_then_is_done() -> None:
+    clock = ManualClock()
+    bmc = FakeBmc(clock=clock, sleep=clock.sleep, powered=True)
+    result = apply_bios(bmc, {"SriovGlobalEnable": "Disabled"},
+                        BiosSettings(poll_s=1.0), clock=_Adapter(clock))
+    assert (result.applied, result.rebooted, result.apply_time) == (True, True, "OnReset")
+    assert bmc.bios["SriovGlobalEnable"] == "Disabled" and bmc.requests == ["bios:set",
+                                                                           "power:reset"]
+    again = apply_bios(bmc, {"SriovGlobalEnable": "Disabled"}, BiosSettings(),
+                       clock=_Adapter(clock))
+    assert (again.changed, again.rebooted) == ({}, False) and len(bmc.requests) == 2
+
+
+def test_bios_without_reboot_only_stages() -> None:
+    bmc = FakeBmc(powered=True)
+    result = apply_bios(bmc, {"BootMode": "Legacy"}, BiosSettings(reboot=False))
+    assert (result.applied, result.rebooted, result.pending) == (False, False,
+                                                                 {"BootMode": "Legacy"})
+    assert bmc.bios["BootMode"] == "Uefi" and "power:reset" not in bmc.requests
+
+
+class _Adapter:
+    """ManualClock (callable, sleep) as the monotonic/sleep clock apply_bios takes."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+
+    def monotonic(self) -> float:
+        return self.clock()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+
+@pytest.fixture
+def emu(fixtures_dir: Path) -> Iterator[RedfishEmulator]:
+    tree = fixtures_dir / "redfish" / "dell-idrac-bmclib"
+    with RedfishEmulator([BmcConfig("dell", tree, USER, PASSWORD)]) as emulator:
+        yield emulator
+
+
+def driver(emu: RedfishEmulator) -> RedfishDriver:
+    return RedfishDriver(emu.urls["dell"], Credentials(USER, PASSWORD), timeout=5.0)
+
+
+def test_bios_through_the_emulator_is_read_back_after_the_reboot(emu: RedfishEmulator) -> None:
+    drv = driver(emu)
+    try:
+        wanted = coerce_bios(drv.bios_attributes(), {"SriovGlobalEnable": "Enabled"}, drv.target)
+        result = apply_bios(drv, wanted, BiosSettings(poll_s=0.0), clock=Clock())
+        assert (result.applied, result.rebooted, result.apply_time) == (True, True, "OnReset")
+        assert driver(emu).bios_attributes()["SriovGlobalEnable"] == "Enabled"
+        with pytest.raises(NotSupported, match="Immediate"):  # the iDRAC lists no Immediate
+            apply_bios(drv, {"SriovGlobalEnable": "Disabled"},
+                       BiosSettings(apply_time=BiosApplyTime.IMMEDIATE), clock=Clock())
+    finally:
+        drv.close()
+
+
+def test_bios_that_does_not_read_back_after_the_reboot_is_a_failure(
+        emu: RedfishEmulator) -> None:
+    emu.set_fault("dell", bios_settings_fail=True)
+    drv = driver(emu)
+    try:
+        with pytest.raises(OperationFailed, match=r"does not read back SriovGlobalEnable=Enabled"
+                           r" 30s after applying .*pending: SriovGlobalEnable=Enabled"):
+            apply_bios(drv, {"SriovGlobalEnable": "Enabled"},
+                       BiosSettings(timeout_s=30.0, poll_s=10.0), clock=Clock())
+    finally:
+        drv.close()
+
+
+def test_key_value_strings_are_typed_like_the_attribute() -> None:
+    current: dict[str, object] = {"Cores": 0, "Turbo": "Enabled", "Secure": False}
+    assert coerce_bios(current, {"Cores": "8", "Turbo": "Disabled", "Secure": "true"}, "t") == \
+        {"Cores": 8, "Turbo": "Disabled", "Secure": True}
+    with pytest.raises(OperationFailed, match="Cores is an integer, not 'eight'"):
+        coerce_bios(current, {"Cores": "eight"}, "t")
+    with pytest.raises(OperationFailed, match="unknown BIOS attribute.*Nope"):
+        coerce_bios(current, {"Nope": "1"}, "t")
