@@ -93,7 +93,7 @@ def test_bad_input_is_exit_2_and_ipmi_is_refused_before_anything_is_sent(
     assert missing.exit_code == 2 and "no such file" in missing.stderr
     image = make_image(tmp_path / "fw.tar", "BMC", "1")
     wide = run(inventory, "firmware", "update", "r01-n01", "--file", str(image), "--component",
-               "BMC", "--serve-address", "0.0.0.0")  # noqa: S104 - the refusal is the test
+               "BMC", "--serve-address", "0.0.0.0")
     assert wide.exit_code == 2 and "not loopback or on the lab network" in wide.stderr
     assert run(inventory, "bios", "set", "r01-n01", "NoEquals").exit_code == 2
     unknown = run(inventory, "bios", "set", "r01-n01", "NoSuchKnob=1")

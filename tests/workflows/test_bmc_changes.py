@@ -56,7 +56,7 @@ def test_an_ipmi_node_cannot_take_either_change_and_a_step_refuses_it_clearly(
     with pytest.raises(NotSupported, match="firmware update needs a BMC with the firmware "
                        "interface; the ipmi driver"):
         bmc_changes.update_firmware(IPMI_NODE, "/does/not/matter.bin", "BMC")
-    with pytest.raises(NotSupported, match="BIOS settings needs .* the ipmi driver"):
+    with pytest.raises(NotSupported, match=r"BIOS settings needs .* the ipmi driver"):
         bmc_changes.set_bios(IPMI_NODE, {"SriovGlobalEnable": "Enabled"})
 
 
@@ -138,5 +138,5 @@ def test_key_value_strings_are_typed_like_the_attribute() -> None:
         {"Cores": 8, "Turbo": "Disabled", "Secure": True}
     with pytest.raises(OperationFailed, match="Cores is an integer, not 'eight'"):
         coerce_bios(current, {"Cores": "eight"}, "t")
-    with pytest.raises(OperationFailed, match="unknown BIOS attribute.*Nope"):
+    with pytest.raises(OperationFailed, match=r"unknown BIOS attribute.*Nope"):
         coerce_bios(current, {"Nope": "1"}, "t")
