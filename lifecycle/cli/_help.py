@@ -68,6 +68,7 @@ EXAMPLES: dict[str, str] = {
     "metrics show": "racklife metrics show",
     "role-swap": "racklife role-swap r01-n07 r01-n08 --to inference --policy requeue --deadline 30m --dry-run",
     "serve": "racklife serve --db postgresql://racklife@db.example/racklife --refresh-interval 300",
+    "decommission": "racklife decommission r01-n07 --erase --force --dry-run",
     "status": "racklife status --watch 5",
     "report capacity": "racklife report capacity --since 7d --json",
     "terraform install-provider": "racklife terraform install-provider --dir ~/tf-mirror --config ~/.terraformrc",

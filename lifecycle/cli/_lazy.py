@@ -69,6 +69,9 @@ COMMANDS: dict[str, Entry] = {
     "serve": Entry("serve", "serve_cmd",
                    "Run the controller: recover and run every workflow, take over dead peers' runs, refresh "
                    "the fleet."),
+    "decommission": Entry("decommission", "decommission_cmd",
+                          "Decommission NODES: leave the scheduler, optionally erase, power off; history kept, "
+                          "name freed."),
     "status": Entry("status", "status_cmd",
                     "Show the fleet: pools and GPU capacity, nodes per state, running workflows and their "
                     "current step."),

@@ -68,6 +68,7 @@ def apply_cmd(
     from lifecycle.workflows.accept import AcceptSettings
     from lifecycle.workflows.boot_run import BootSettings
     from lifecycle.workflows.controller import Controller
+    from lifecycle.workflows.decommission_checks import SLURM_CONF_CMD_ENV
     from lifecycle.workflows.kube_pool import KubeSettings
 
     if level not in ("quick", "standard", "full"):
@@ -109,6 +110,8 @@ def apply_cmd(
             runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight, kube=kube,
                                     move_to={n.name: n.pool for n in inv.nodes} if inv is not None else {},
                                     role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
+                                    slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))),
+                                    operator=who,
                                     say=lambda m: err_console.print(m, markup=False))
             report = apply(store, inv, names, sources, runner,
                            ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))

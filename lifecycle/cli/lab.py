@@ -9,6 +9,7 @@ before it starts. See docs/lab.md for what is real and what is simulated.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -20,10 +21,20 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli._common import (
+    FAILED,
+    REFUSED,
+    UNAVAILABLE,
+    JsonOpt,
+    emit_json,
+    emit_table,
+    err_console,
+    fail,
+    out_console,
+)
 from lifecycle.cli.slurm import TOKEN_ENV
 from lifecycle.lab import netns, rack
-from lifecycle.lab.faults import PROFILES, Fault, FaultFileError, load_faults, read_fault, write_fault
+from lifecycle.lab.faults import BMC_PROFILES, PROFILES, Fault, FaultFileError, load_faults, read_fault, write_fault
 from lifecycle.model.skus import SKUS
 
 app = typer.Typer(help="An emulated GPU rack on this machine (needs root).", no_args_is_help=True)
@@ -238,6 +249,9 @@ def env(
                       f"export {TOKEN_ENV}={q(token)}"]
             if slurm_jwt:
                 lines.append(f"export SLURM_JWT={q(token)}")
+    # The lab's slurm.conf hook (decommission): the node out of the lab's Slurm files, slurmctld restarted.
+    conf_hook = [sys.executable, "-m", "lifecycle.lab.slurm_remove", "--lab-dir", str(state["lab_dir"])]
+    lines.append(f"export RACKLIFE_SLURM_CONF_CMD={q(shlex.join(conf_hook))}")
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
         # The lab's node-role hook (role swap, elastic capacity): stop or boot slurmd, register the Node.
@@ -249,19 +263,43 @@ def env(
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+def _bmc_fault(address: str, faults: dict[str, bool]) -> None:
+    """Tell the lab's Redfish emulator (loopback only) which faults this BMC shows from now on."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.hostname not in ("127.0.0.1", "localhost") or parts.scheme != "http":
+        fail(f"{address} is not a lab BMC on loopback")
+    request = urllib.request.Request(f"{address.rstrip('/')}/_emulator/faults", method="PUT",  # noqa: S310
+                                     data=json.dumps(faults).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - loopback http, checked above
+            reply.read()
+    except OSError as exc:
+        fail(f"the lab's BMC at {address} did not take the fault: {exc}", UNAVAILABLE)
+
+
 @app.command("fault")
 def fault(
     node: str = typer.Argument(..., help="Node name."),
-    profile: str = typer.Argument(..., help=f"One of: {', '.join(PROFILES)}."),
+    profile: str = typer.Argument(..., help=f"One of: {', '.join([*PROFILES, *BMC_PROFILES])}."),
     gpu: int = typer.Option(0, "--gpu", help="GPU (or IB port, for ib-down) the fault hits."),
     lab_dir: Path = DirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Inject a fault into a running node; its tools answer accordingly from the next call."""
+    """Inject a fault into a running node (its tools, or with a bmc- profile its BMC), from the next call."""
     state = _state_or_exit(lab_dir)
     dirs = {n["name"]: Path(n["dir"]) for n in state["nodes"] if n.get("kind") != "vm"}
     if node not in dirs:
         fail(f"no simulated node '{node}' in the lab (nodes: {', '.join(sorted(dirs))}; a VM has no fake GPUs)")
+    if profile in BMC_PROFILES:
+        bmc = next(n.get("bmc") or {} for n in state["nodes"] if n["name"] == node)
+        if bmc.get("driver") != "redfish":
+            fail(f"{node}'s BMC is {bmc.get('driver')}: BMC faults are for the lab's Redfish emulator")
+        _bmc_fault(str(bmc["address"]), BMC_PROFILES[profile][1])
+        out_console.print(f"{node}: {profile} (its BMC)")
+        return
     try:
         write_fault(dirs[node], Fault(profile, gpu))
     except ValueError as exc:

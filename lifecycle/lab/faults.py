@@ -46,6 +46,16 @@ PROFILES: dict[str, str] = {
     "falls through to the local disk; later network boots work",
 }
 
+# Faults of a node's emulated Redfish BMC rather than of its tools: the emulator's ``Faults`` fields
+# each one sets (``racklife lab fault NODE PROFILE`` sends them to the node's BMC).
+BMC_PROFILES: dict[str, tuple[str, dict[str, bool]]] = {
+    "bmc-healthy": ("the node's BMC does nothing wrong", {}),
+    "bmc-tasks-fail": ("every task of the node's BMC (secure erase, firmware update) ends in Exception",
+                       {"fail_tasks": True}),
+    "erase-unverified": ("the BMC's secure erase task says Completed but the drive reads back Critical",
+                         {"erase_leaves_data": True}),
+}
+
 FAULT_FILE = "fault.json"
 
 

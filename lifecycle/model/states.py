@@ -115,8 +115,8 @@ def _rules() -> list[Rule]:
     # Repaired hardware may have new serials or MACs: inspect it again.
     add(S.REPAIRING, "repair_done", S.INSPECTING, _WF)
     add(
-        (S.ENROLLED, S.INSPECT_FAILED, S.AVAILABLE, S.PROVISION_FAILED, S.QUARANTINED,
-         S.DRAINED, S.UPGRADE_FAILED, S.DECOMMISSION_FAILED),
+        (S.ENROLLED, S.INSPECT_FAILED, S.AVAILABLE, S.PROVISION_FAILED, S.PROVISIONED, S.ACCEPTED,
+         S.QUARANTINED, S.DRAINED, S.JOIN_FAILED, S.UPGRADE_FAILED, S.DECOMMISSION_FAILED),
         "decommission",
         S.DECOMMISSIONING,
     )

@@ -27,8 +27,8 @@ from lifecycle.store import Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
 ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.LEAVE,
-                             Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE)
-TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL})
+                             Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE, Action.DECOMMISSION)
+TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL, Action.DECOMMISSION})
 MAX_WAVES = 12
 
 

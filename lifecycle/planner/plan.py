@@ -43,7 +43,6 @@ NOT_YET: dict[Action, str] = {
     Action.REIMAGE: "reimage (reprovision a drained node)",
     Action.SET_LABELS: "set a Kubernetes pool's labels",
     Action.UPDATE_FIRMWARE: "firmware update",
-    Action.DECOMMISSION: "decommission",
 }
 
 
@@ -236,8 +235,12 @@ def plan(observations: Sequence[Observation], wants: Mapping[str, Desired],
                                             *([s] if (s := _join(wants[n])) else [])]))
     for n in removed:
         o = next((x for x in observations if x.node == n), None)
+        if o is not None and o.state is State.DECOMMISSIONED:
+            continue  # done: its history stays, nothing is left to plan
+        blockers = [Blocker("held", f"held by run {holders[n]}: it finishes first")] if n in holders else []
         nodes.append(NodePlan(n, o.state.value if o else "unknown",
-                              [Step(Action.DECOMMISSION, "in the store, no longer in the inventory")]))
+                              [] if blockers else [Step(Action.DECOMMISSION, "in the store, no longer in the "
+                                                                            "inventory")], blockers))
     return Plan(sorted(nodes, key=lambda p: p.node))
 
 

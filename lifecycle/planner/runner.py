@@ -1,8 +1,9 @@
 """The apply runner: each planned action as durable workflow runs, through the one Controller.
 
 A table maps each action the runner can carry out to how: ``join`` (Slurm),
-``join-kubernetes``, ``move-pool`` (a role swap), ``leave`` and ``power-on``
-are one run per node, started together (bounded by ``max_in_flight``) and
+``join-kubernetes``, ``move-pool`` (a role swap), ``leave``, ``power-on`` and
+``decommission`` (a node removed from the inventory: no erase, no force, so
+running work refuses it) are one run per node, started together (bounded by ``max_in_flight``) and
 awaited; ``accept`` is one run for the wave's nodes, so its multi-node checks
 can pair them; ``provision`` is one provisioning run (bounded by its queue)
 with the embedded boot server up for its duration.
@@ -18,9 +19,10 @@ from typing import Any
 from lifecycle.planner.apply import Done
 from lifecycle.planner.plan import Action
 from lifecycle.store import Store
-from lifecycle.workflows import accept, kube_pool, power, roleswap, slurm_pool
+from lifecycle.workflows import accept, decommission, kube_pool, power, roleswap, slurm_pool
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
 from lifecycle.workflows.controller import Controller
+from lifecycle.workflows.decommission_checks import DecommissionSettings
 from lifecycle.workflows.roleswap_checks import SwapSettings
 
 
@@ -35,6 +37,8 @@ class WorkflowRunner:
     kube: kube_pool.KubeSettings | None = None  # None: no kubeconfig, so no Kubernetes join
     move_to: Mapping[str, str] = field(default_factory=dict)  # node -> the pool the inventory gives it
     role_cmd: tuple[str, ...] = ()  # the site's role-switch hook, for role swaps
+    slurm_conf_cmd: tuple[str, ...] = ()  # the site's slurm.conf hook, for decommissions
+    operator: str = "racklife apply"
     say: Callable[[str], None] = lambda _m: None
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
@@ -105,6 +109,12 @@ def _leave(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], 
     return slurm_pool.leave_node, (node, None, None, f"racklife apply: {why}"[:200])
 
 
+def _decommission(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A node the inventory no longer lists: decommissioned without erase, never through running work."""
+    return decommission.decommission_node, (node, DecommissionSettings(
+        operator=r.operator, reason=f"racklife apply: {why}"[:200], kube=r.kube, slurm_conf_cmd=r.slurm_conf_cmd))
+
+
 def _power_on(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return power.power_on_node, (node, replace(r.power))
 
@@ -115,4 +125,5 @@ _PER_NODE: dict[Action, Callable[[WorkflowRunner, str, str], tuple[Callable[...,
     Action.MOVE_POOL: _move_pool,
     Action.LEAVE: _leave,
     Action.POWER_ON: _power_on,
+    Action.DECOMMISSION: _decommission,
 }

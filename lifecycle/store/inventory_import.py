@@ -17,7 +17,10 @@ written:
   rename one to a free name, import, then rename the other;
 - serials in the store but not in the file are **removed**: reported (the
   planner plans their decommission), kept with their state, never deleted,
-  and their rack slots stay theirs until they are decommissioned;
+  and their rack slots and names stay theirs until they are decommissioned;
+- a decommissioned server's name may go to a new server: its record (state,
+  history, acceptance and erase records) is kept under ``NAME~SERIAL`` and a
+  change row says so;
 - a new pool, a new BMC or other changed fields get a change row each.
 
 All of it is one transaction: a refused import writes nothing.
@@ -109,6 +112,8 @@ class Plan:
     problems: list[str]
     matched: dict[str, Any]
     removed: list[Removed]
+    archive: dict[str, str] = field(default_factory=dict)
+    """Decommissioned servers whose name a new server takes: old name -> the name their record keeps."""
 
 
 def plan(conn: Connection, inv: Inventory) -> Plan:
@@ -121,6 +126,7 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
     problems: list[str] = []
     swaps: set[frozenset[str]] = set()
     matched: dict[str, Any] = {}
+    archive: dict[str, str] = {}
     for node in inv.nodes:
         row = by_serial.get(node.serial)
         holder = by_name.get(node.name)
@@ -129,6 +135,9 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
                 f"{node.name}: the name passes from serial {holder.serial} to a new server (serial "
                 f"{node.serial}) in the same import: import the rename of {holder.serial} first, then add the "
                 "new server")
+            continue
+        if row is None and holder is not None and _freed(holder, serials):
+            archive[holder.name] = archived_name(holder.name, holder.serial)
             continue
         if row is None and holder is not None:
             problems.append(
@@ -150,7 +159,9 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
                     f"{row.name} (serial {row.serial}) and {holder.name} (serial {holder.serial}) would swap or "
                     f"rotate names: refused; rename one to a free name, import, then rename the other")
                 continue
-            if holder is not None:
+            if holder is not None and _freed(holder, serials):
+                archive[holder.name] = archived_name(holder.name, holder.serial)
+            elif holder is not None:
                 problems.append(
                     f"{row.name} → {node.name}: the name {node.name} is still held by serial {holder.serial} "
                     f"(state {holder.state}), which the file no longer lists; decommission it first")
@@ -163,7 +174,8 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
             what = f"rename to {node.name}" if row.name != node.name else "change"
             problems.append(f"{row.name} (state {state}): refusing to {what} a node that a scheduler is "
                             "using; drain it first")
-    removed = [Removed(r.name, r.serial, known(State, r.state, r.name)) for r in rows if r.serial not in serials]
+    removed = [Removed(archive.get(r.name, r.name), r.serial, known(State, r.state, r.name))
+               for r in rows if r.serial not in serials]
     held = {(r.rack, r.u): r for r in rows
             if r.serial not in serials and known(State, r.state, r.name) != State.DECOMMISSIONED}
     for node in inv.nodes:
@@ -172,7 +184,20 @@ def plan(conn: Connection, inv: Inventory) -> Plan:
             problems.append(
                 f"{node.name}: rack {node.rack} U{node.u} is still held by {other.name} (serial {other.serial}, "
                 f"state {other.state}), removed from the file but not decommissioned")
-    return Plan(problems, matched, sorted(removed, key=lambda r: r.node))
+    return Plan(problems, matched, sorted(removed, key=lambda r: r.node), archive)
+
+
+def _freed(holder: Any, serials: set[str]) -> bool:
+    """A decommissioned server the file no longer lists has given its name up."""
+    return holder.serial not in serials and known(State, holder.state, holder.name) is State.DECOMMISSIONED
+
+
+def archived_name(name: str, serial: str) -> str:
+    """The name a decommissioned server's record keeps once a new server takes its name (unique: the serial)."""
+    full = f"{name}~{serial}"
+    if len(full) <= 63:
+        return full
+    return f"{name[:40]}~{hashlib.sha256(serial.encode()).hexdigest()[:22]}"
 
 
 def _rename(conn: Connection, old: str, new: str) -> None:
@@ -198,6 +223,15 @@ def apply(conn: Connection, inv: Inventory, worked_out: Plan, actor: Actor, reas
         raise ValueError("apply() of a refused import")
     matched = worked_out.matched
     report = ImportReport(removed=worked_out.removed)
+    for old_name, kept in worked_out.archive.items():
+        serial = conn.execute(sa.select(db.nodes.c.serial).where(db.nodes.c.name == old_name)).scalar_one()
+        _rename(conn, old_name, kept)
+        report.renamed.append((old_name, kept))
+        change = Change(kept, serial, "rename", old_name, kept)
+        report.changes.append(change)
+        conn.execute(sa.insert(db.node_changes).values(
+            node=kept, serial=serial, kind="rename", old=old_name, new=kept, actor=actor.value,
+            reason=f"{reason}: decommissioned; its name passes to another server", at=now))
     for name in inv.pool_names():
         pool_spec = json.dumps(inv.pool(name).model_dump(mode="json"), sort_keys=True)
         conn.execute(sa.delete(db.pools).where(db.pools.c.name == name))

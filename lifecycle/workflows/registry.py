@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from lifecycle.workflows import accept, elastic, engine, kube_pool, node_ops, power, provision, roleswap, slurm_pool
+from lifecycle.workflows import (
+    accept,
+    decommission,
+    elastic,
+    engine,
+    kube_pool,
+    node_ops,
+    power,
+    provision,
+    roleswap,
+    slurm_pool,
+)
 
 # Importing a workflow module registers its workflows with DBOS.
-MODULES = (accept, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool)
+MODULES = (accept, decommission, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool)
 
 # The queue front ends hand whole runs to `racklife serve` on, and the queues a command that
 # runs its workflows embedded listens to: never the service's, so that a command never picks up

@@ -73,7 +73,19 @@ def test_nodes_added_and_removed_in_the_inventory(desired: Desired) -> None:  # 
              removed=[desired.node.name])
     by = {n.node: n for n in p.nodes}
     assert actions(by["new-1"])[:2] == [Action.ENROLL, Action.PROVISION]
-    assert actions(by[desired.node.name]) == [Action.DECOMMISSION] and not by[desired.node.name].steps[0].implemented
+    assert actions(by[desired.node.name]) == [Action.DECOMMISSION] and by[desired.node.name].steps[0].implemented
+
+
+def test_a_removed_node_once_decommissioned_plans_nothing(desired: Desired) -> None:  # noqa: F811
+    gone = replace(healthy(desired), state=State.DECOMMISSIONED)
+    p = plan([gone], {}, removed=[desired.node.name])
+    assert p.nodes == [] and not p.changes
+
+
+def test_a_removed_node_held_by_a_run_is_blocked_not_planned(desired: Desired) -> None:  # noqa: F811
+    p = plan([healthy(desired)], {}, holders={desired.node.name: "decommission-1"}, removed=[desired.node.name])
+    [n] = p.nodes
+    assert n.steps == [] and [b.kind for b in n.blockers] == ["held"] and "decommission-1" in n.blockers[0].message
 
 
 def test_every_step_says_why(desired: Desired) -> None:  # noqa: F811

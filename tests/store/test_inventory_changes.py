@@ -173,3 +173,41 @@ def test_a_stored_record_that_a_new_rule_refuses_is_a_clear_error(store: Store, 
         store.get("r01-n01").node()
     assert store.import_inventory(inv).updated == ["r01-n01"]  # a corrected import mends it
     assert store.get("r01-n01").node().labels == {}
+
+
+def _decommission(store: Store, name: str) -> None:
+    store.transition(name, "decommission", Actor.OPERATOR, "retired", run_id="dec-1")
+    store.transition(name, "decommission_done", Actor.WORKFLOW, "retired", run_id="dec-1")
+
+
+def test_a_decommissioned_servers_name_goes_to_a_new_server(store: Store, inv: Inventory) -> None:
+    """Before, a decommissioned node's name stayed taken for ever (the import refused the new serial)."""
+    store.import_inventory(inv)
+    _decommission(store, "r01-n01")
+    report = store.import_inventory(edit(inv, r01_n01={"serial": "SN-NEW-1"}))
+    assert report.renamed == [("r01-n01", "r01-n01~SN-H100-0101")] and report.added == ["r01-n01"]
+    new, old = store.get("r01-n01"), store.get("r01-n01~SN-H100-0101")
+    assert (new.serial, new.state) == ("SN-NEW-1", State.ENROLLED)
+    assert (old.serial, old.state) == ("SN-H100-0101", State.DECOMMISSIONED)
+    assert [t.event for t in store.history("r01-n01~SN-H100-0101")] == ["enroll", "decommission", "decommission_done"]
+    assert [t.event for t in store.history("r01-n01")] == ["enroll"]  # the new server's own history
+    assert [(c.kind, c.old, c.new) for c in store.changes("r01-n01~SN-H100-0101")] == [
+        ("rename", "r01-n01", "r01-n01~SN-H100-0101")]
+    assert store.import_inventory(edit(inv, r01_n01={"serial": "SN-NEW-1"})).renamed == []  # idempotent
+
+
+def test_a_rename_may_take_a_decommissioned_servers_name(store: Store, inv: Inventory) -> None:
+    store.import_inventory(inv)
+    _decommission(store, "r01-n03")
+    report = store.import_inventory(edit(without(inv, "r01-n03"), r01_n02={"name": "r01-n03"}))
+    assert ("r01-n02", "r01-n03") in report.renamed and ("r01-n03", "r01-n03~SN-H100-0103") in report.renamed
+    assert store.get("r01-n03").serial == "SN-H100-0102"
+
+
+def test_a_removed_node_not_yet_decommissioned_keeps_its_name(store: Store, inv: Inventory) -> None:
+    store.import_inventory(inv)
+    store.transition("r01-n01", "decommission", Actor.OPERATOR, "retiring", run_id="dec-1")  # decommissioning
+    before = dump(store)
+    with pytest.raises(ImportRefused):
+        store.import_inventory(edit(inv, r01_n01={"serial": "SN-NEW-1"}))
+    assert dump(store) == before

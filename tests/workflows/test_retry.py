@@ -25,7 +25,19 @@ from lifecycle.drivers.errors import AuthFailed, Busy, DriverError, OperationFai
 from lifecycle.drivers.slurm.driver import NotOurs
 from lifecycle.drivers.slurm.types import DrainOwner
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
-from lifecycle.workflows import accept, elastic, kube_pool, leasing, node_ops, provision, retry, roleswap, slurm_pool
+from lifecycle.workflows import (
+    accept,
+    decommission,
+    elastic,
+    erase_certificate,
+    kube_pool,
+    leasing,
+    node_ops,
+    provision,
+    retry,
+    roleswap,
+    slurm_pool,
+)
 from lifecycle.workflows.retry import Retrier, RetryPolicy, is_idempotent, step, using
 
 TREE = "dmtf-public-rackmount1"
@@ -152,14 +164,17 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
                    roleswap.move_pool, roleswap.swap_role, roleswap.lift_own_drain, roleswap.record_swap,
                    accept.burn_in,
                    accept.multi_node, accept.judge_and_record, accept.quarantine_in_slurm,
-                   accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases)
+                   accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases,
+                   decommission.decommission_checks, decommission.slurm_remove, decommission.kube_remove,
+                   decommission.bmc_power_off, decommission.bmc_reset, erase_certificate.erase_drives,
+                   erase_certificate.write_certificate)
     }
     assert None not in declared.values()
     # The side effects that must not repeat (a power cycle, requeueing or cancelling jobs, a role
     # switch) and the waits whose deadline a retry would stretch.
     assert [n for n, ok in declared.items() if not ok] == [
         "boot_attempt", "drain_and_empty", "switch_role", "kube_wait_ready", "kube_drain", "slurm_registered",
-        "swap_role", "burn_in", "multi_node", "judge_and_record"]
+        "swap_role", "burn_in", "multi_node", "judge_and_record", "bmc_reset", "erase_drives"]
     # And no step anywhere bypasses the declaration with a bare DBOS step.
     root = Path(provision.__file__).resolve().parents[1]
     bare = [str(f.relative_to(root)) for f in root.rglob("*.py")

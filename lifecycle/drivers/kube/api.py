@@ -216,6 +216,16 @@ class KubeApiDriver(KubeDriver):
                 raise
         return None
 
+    def delete_node(self, name: str) -> bool:
+        with _edge(f"{self.target} node/{name}"):
+            try:
+                self.client.delete(Node, name)
+            except ApiError as e:
+                if e.response.status_code == 404:
+                    return False  # already gone: that is what we wanted
+                raise
+        return True
+
     def budgets(self, namespace: str) -> list[Budget]:
         with _edge(f"{self.target} poddisruptionbudgets in {namespace}"):
             return [budget_from_api(b) for b in self.client.list(PodDisruptionBudget, namespace=namespace)]

@@ -94,6 +94,10 @@ class KubeDriver(ABC):
     def budgets(self, namespace: str) -> list[Budget]:
         """The PodDisruptionBudgets of a namespace, with their status."""
 
+    @abstractmethod
+    def delete_node(self, name: str) -> bool:
+        """Delete the Node object (a decommissioned server); False when the cluster had no such node."""
+
     # ------------------------------------------------------------ read-modify-write
 
     def _update_node(self, name: str, change: Callable[[KubeNode], dict[str, Any] | None],

@@ -95,6 +95,10 @@ class FakeKubeDriver(KubeDriver):
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
 
+    def delete_node(self, name: str) -> bool:
+        self._enter("delete_node", name)
+        return self._nodes.pop(name, None) is not None
+
     def set_ready(self, name: str, ready: bool) -> None:
         """The kubelet reports (or stops reporting) Ready."""
         status = self._stamp(self._nodes[name]).setdefault("status", {})

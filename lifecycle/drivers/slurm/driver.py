@@ -225,6 +225,11 @@ class SlurmDriver:
         """Lend nodes away through power saving (``idle~``); ``force`` also ends jobs on them."""
         self._update_nodes(_names(nodes), "state=power_down_force" if force else "state=power_down")
 
+    def delete_node(self, name: str) -> None:
+        """``scontrol delete nodename=X``: Slurm 22.05 allows it for dynamic nodes only (a node that
+        slurm.conf defines stays until the file no longer lists it and slurmctld restarts)."""
+        self.run(["scontrol", "delete", f"nodename={_names([name])[0]}"])
+
     def power_up(self, nodes: Iterable[str]) -> None:
         self._update_nodes(_names(nodes), "state=power_up")
 

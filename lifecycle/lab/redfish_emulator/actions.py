@@ -99,15 +99,38 @@ def _simple_update(state: BmcState, owner: str, desc: Resource, body: Resource) 
 
 
 def _secure_erase(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    """A sanitize that takes time: the drive is ``Updating`` with a Sanitize in ``Operations`` until its
+    Task ends; then ``Enabled`` and healthy, or ``Critical`` when the task failed or a fault says the
+    erase left data behind (``erase_leaves_data``: the task itself reports success)."""
     drive = state.writable(owner)
+    if any(op.get("Operation") == "Sanitize" for op in drive.get("Operations") or []):
+        return error(409, "Base.1.8.ResourceInUse", f"A secure erase of {drive.get('Id')} is already running.")
     drive["Status"] = {"State": "Updating", "Health": drive.get("Status", {}).get("Health", "OK")}
 
     def done(ok: bool) -> list[str]:
         degraded = not ok or state.faults.erase_leaves_data
         drive["Status"] = {"State": "Enabled", "Health": "Critical" if degraded else "OK"}
+        drive["Operations"] = []
+        state.log_event(f"Secure erase of drive {drive.get('Id')} {'finished' if ok else 'failed'}.",
+                        "OK" if ok else "Critical")
         return [f"Secure erase of {drive.get('Id')} {'failed' if not ok else 'finished'}."]
 
-    return start_task(state, f"Secure erase of {drive.get('Id')}", done)
+    reply = start_task(state, f"Secure erase of {drive.get('Id')}", done)
+    task = reply.body if isinstance(reply.body, dict) else {}
+    drive["Operations"] = [{"Operation": "Sanitize", "PercentageComplete": 0,
+                            "AssociatedTask": {"@odata.id": task.get("@odata.id")}}]
+    return reply
+
+
+def _reset_to_defaults(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
+    """Accepted and logged; the emulator does not model a BMC's factory settings (users stay)."""
+    reset_type = body.get("ResetType")
+    allowed = allowed_values(state, desc, "ResetType")
+    if not isinstance(reset_type, str) or (allowed is not None and reset_type not in allowed):
+        return error(400, "Base.1.8.ActionParameterValueNotInList",
+                     f"The value {reset_type} for ResetType is not in the list of acceptable values.")
+    state.log_event(f"Manager reset to defaults ({reset_type}).", "Warning")
+    return Reply(204)
 
 
 Handler = Callable[[BmcState, str, Resource, Resource], Reply]
@@ -128,4 +151,5 @@ _HANDLERS: dict[str, Handler] = {
     "EjectMedia": _eject,
     "SimpleUpdate": _simple_update,
     "SecureErase": _secure_erase,
+    "ResetToDefaults": _reset_to_defaults,
 }

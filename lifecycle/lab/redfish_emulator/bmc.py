@@ -25,6 +25,7 @@ from typing import Any
 
 from lifecycle.lab.redfish_emulator.config import BmcConfig, Faults
 from lifecycle.lab.redfish_emulator.hardware import extra_resources
+from lifecycle.lab.redfish_emulator.task_service import task_service_overlay
 from lifecycle.lab.redfish_emulator.tree import Resource, VendorTree, load_tree, norm
 
 PowerHook = Callable[[str, str, str], None]
@@ -96,6 +97,10 @@ class BmcState:
         self.session_service = norm(root.get("SessionService", {}).get(
             "@odata.id", "/redfish/v1/SessionService"))
         self.systems = [norm(p) for p in self.tree.system_ids()]
+        added_service, root_patch = task_service_overlay(self.tree)
+        self.overlay.update(added_service)
+        if root_patch:
+            self.writable("/redfish/v1").update(root_patch)
         for sys_path in self.systems:
             system = self.tree.get(sys_path)
             if system is None:

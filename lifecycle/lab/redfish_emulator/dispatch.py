@@ -16,10 +16,8 @@ from typing import Any
 
 from lifecycle.lab.redfish_emulator import bios_settings
 from lifecycle.lab.redfish_emulator.bmc import BmcState, Reply, error, now_iso
+from lifecycle.lab.redfish_emulator.task_service import MONITORS, TASKS
 from lifecycle.lab.redfish_emulator.tree import Resource, norm
-
-TASKS = "/redfish/v1/TaskService/Tasks"
-MONITORS = "/redfish/v1/TaskService/TaskMonitors"
 
 
 @dataclass
@@ -113,7 +111,7 @@ def get(state: BmcState, path: str) -> Reply:
         return Reply(200, state.session_resource(path.rstrip("/"), session))
     if key.startswith(state.sessions_path + "/"):
         return error(404, "Base.1.8.ResourceMissingAtURI", f"No session at {path}.")
-    if key == norm(TASKS) and state.tasks:
+    if key == norm(TASKS):  # live on every tree (task_service.py): empty until an action starts one
         return Reply(200, tasks_collection(state))
     task = _task_for(state, key, TASKS)
     if task is not None:
