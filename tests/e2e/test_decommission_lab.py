@@ -1,0 +1,140 @@
+"""`racklife decommission` on a built 4-node lab: real Slurm, the Redfish emulator, the Kubernetes stand-in.
+
+node-01..03 serve the training pool (Slurm), node-04 the inference pool
+(Kubernetes, an IPMI BMC). In order, on one lab:
+
+- a job runs on node-03: the decommission is refused (exit 5), nothing
+  changes, the job keeps running; with ``--force --erase --reset-bmc`` the job
+  is requeued (and named), both drives are erased through the BMC's Tasks,
+  the certificate passes ``racklife evidence verify``, Slurm no longer knows
+  the node (the lab's slurm.conf hook), the BMC powered it off, and the node
+  is ``decommissioned`` with its history;
+- node-02's emulated BMC fails its tasks: ``--erase`` ends exit 1, the node is
+  ``decommission_failed`` (not decommissioned), its certificate says
+  ``not-erased``; healthy again, the same command finishes it;
+- node-04's IPMI BMC cannot erase: refused by name; without ``--erase`` it
+  leaves Kubernetes and its Node object is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.drivers.kube.api import KubeApiDriver
+from tests.e2e.conftest import RunningLab
+from tests.e2e.test_roleswap_lab import history, job_state, node, sbatch, wait_for
+
+pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab(minimal_image: Path) -> Iterator[RunningLab]:
+    running = RunningLab(4)
+    try:
+        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
+                               "60", timeout=1500)
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield running
+    finally:
+        running.down()
+
+
+def decommission(lab: RunningLab, *args: str) -> tuple[int, Any]:
+    res = lab.racklife("decommission", *args, "--json", timeout=900)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def slurm_knows(lab: RunningLab, name: str) -> bool:
+    done = subprocess.run(["scontrol", "show", "node", name], env=lab.env, capture_output=True, text=True,
+                          timeout=30, check=False)
+    return done.returncode == 0 and f"NodeName={name}" in done.stdout
+
+
+def verify(lab: RunningLab, bundle: str) -> subprocess.CompletedProcess[str]:
+    return lab.racklife("evidence", "verify", bundle, "--json")
+
+
+def power(lab: RunningLab, name: str) -> str:
+    return str(next(n for n in lab.status()["nodes"] if n["name"] == name)["power"])
+
+
+def test_decommission_in_the_lab(lab: RunningLab) -> None:
+    _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab)
+    _an_erase_the_bmc_fails_is_not_a_decommission(lab)
+    _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab)
+
+
+def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab) -> None:
+    job = sbatch(lab, "-w", "node-03", "--wrap", "sleep 300")
+    wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
+    before = len(history(lab, "node-03"))
+    code, out = decommission(lab, "node-03", "--erase")
+    assert code == 5, out
+    assert out[0]["refused"] and job in out[0]["reason"], out
+    assert node(lab, "node-03")["state"] == "in_service" and len(history(lab, "node-03")) == before
+    assert job_state(lab, job) == ("RUNNING", "node-03")
+
+    code, out = decommission(lab, "node-03", "--erase", "--force", "--reset-bmc")
+    assert code == 0, out
+    [o] = out
+    assert o["ok"] and o["state"] == "decommissioned", o
+    assert [(j["job_id"], j["action"]) for j in o["leave"]["report"]["jobs"]] == [(job, "requeued")], o["leave"]
+    assert job_state(lab, job)[0] in ("PENDING", "RUNNING") and job_state(lab, job)[1] != "node-03"
+    assert o["scheduler"]["config"] == "removed" and "training" in o["scheduler"]["partitions_left"], o["scheduler"]
+    assert not slurm_knows(lab, "node-03")
+    assert o["bmc"]["power"] == "off" and "ResetToDefaults ResetAll" in o["bmc"]["reset"], o["bmc"]
+    wait_for(lambda: power(lab, "node-03") == "Off", 30, "node-03 to power off")
+    assert len(o["erase"]["drives"]) == 2 and all(d["verified"] for d in o["erase"]["drives"]), o["erase"]
+    cert_dir = Path(o["erase"]["certificate"])
+    cert = json.loads((cert_dir / "certificate.json").read_text())
+    assert cert["result"] == "erased" and cert["serial"] and cert["method"] == "Drive.SecureErase"
+    assert {d["result"] for d in cert["drives"]} == {"erased"} and all(d["task"]["state"] == "Completed"
+                                                                      for d in cert["drives"])
+    checked = verify(lab, str(cert_dir))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert {a["kind"]: a["ok"] for a in json.loads(checked.stdout)["anchors"]}.get("signature") is True
+    events = [h["event"] for h in history(lab, "node-03")]
+    assert events[-4:] == ["drain", "drain_done", "decommission", "decommission_done"], events
+    # Done is done: again, nothing happens and it is success.
+    code, out = decommission(lab, "node-03")
+    assert code == 0 and out[0]["reason"] == "decommissioned already"
+
+
+def _an_erase_the_bmc_fails_is_not_a_decommission(lab: RunningLab) -> None:
+    faulted = lab.racklife("lab", "fault", "node-02", "bmc-tasks-fail", "--dir", str(lab.dir))
+    assert faulted.returncode == 0, faulted.stdout + faulted.stderr
+    code, out = decommission(lab, "node-02", "--erase")
+    assert code == 1, out
+    [o] = out
+    assert not o["ok"] and not o["refused"] and o["state"] == "decommission_failed", o
+    assert "not erased" in o["reason"] and "Exception" in o["reason"], o["reason"]
+    assert node(lab, "node-02")["state"] == "decommission_failed"
+    cert = json.loads((Path(o["erase"]["certificate"]) / "certificate.json").read_text())
+    assert cert["result"] == "not-erased" and not any(d["verified"] for d in cert["drives"])
+    assert power(lab, "node-02") == "On"  # the run stopped before power off
+    healed = lab.racklife("lab", "fault", "node-02", "bmc-healthy", "--dir", str(lab.dir))
+    assert healed.returncode == 0, healed.stderr
+    code, out = decommission(lab, "node-02", "--erase")
+    assert code == 0 and out[0]["state"] == "decommissioned", out
+    assert out[0]["scheduler"]["config"] == "not known to Slurm"  # removed by the first attempt
+
+
+def _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab: RunningLab) -> None:
+    code, out = decommission(lab, "node-04", "--erase")
+    assert code == 5 and "IPMI" in out[0]["reason"], out
+    assert node(lab, "node-04")["state"] == "in_service"
+    kube = KubeApiDriver.from_kubeconfig(Path(lab.env["KUBECONFIG"]))
+    assert "node-04" in {n.name for n in kube.nodes()}
+    code, out = decommission(lab, "node-04")
+    assert code == 0, out
+    assert out[0]["scheduler"] == {"node_object": "deleted", "gone": True}, out[0]["scheduler"]
+    assert "node-04" not in {n.name for n in kube.nodes()}
+    kube.close()
+    assert node(lab, "node-04")["state"] == "decommissioned"
