@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lifecycle.drivers.bmc.base import Capability
+from lifecycle.drivers.bmc.factory import unsupported_reason
 from lifecycle.drivers.errors import DriverError, OperationFailed
 from lifecycle.drivers.slurm.driver import SlurmDriver, foreign_hold, held_by_other
 from lifecycle.drivers.slurm.leave import LEAVE_ALONE
@@ -194,7 +196,8 @@ def prechecks(store: Store, node: str, s: DecommissionSettings) -> Checked:
             busy = Check(busy.name, True, f"--force: {busy.detail} (requeued or evicted)")
         out.checks.append(busy)
     if s.erase:
-        out.checks.append(_erase_capable(rec.node().bmc.driver))
+        why = unsupported_reason(rec.node(), Capability.ERASE)
+        out.checks.append(Check("BMC can erase", why is None, why or f"{rec.node().bmc.driver}: Drive.SecureErase"))
     if s.reset_bmc:
         out.checks.append(_guard("BMC can reset to defaults", lambda: _reset_support(store, node)))
     return out
@@ -217,13 +220,6 @@ def _reset_support(store: Store, node: str) -> str:
 def _busy(node: str, pool: Pool, s: DecommissionSettings) -> str:
     found = running(node, pool, s)
     return f"running: {', '.join(found)}" if found else ""
-
-
-def _erase_capable(driver: str) -> Check:
-    if driver == "ipmi":
-        return Check("BMC can erase", False, "the node's BMC speaks IPMI, which has no secure erase: erase its "
-                                             "drives another way, then decommission without --erase")
-    return Check("BMC can erase", True, f"{driver}: Drive.SecureErase")
 
 
 def touched(store: Store, node: str, s: DecommissionSettings) -> list[str]:

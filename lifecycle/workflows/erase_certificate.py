@@ -26,7 +26,7 @@ from typing import Any
 
 from acceptance.evidence import seal
 from acceptance.signing import ControllerKey
-from lifecycle.drivers.bmc.erase import DriveErase
+from lifecycle.drivers.bmc.base import Capability, DriveErase, EraseInterface
 from lifecycle.drivers.errors import DriverError, NotSupported
 from lifecycle.store import shared_store
 from lifecycle.store.db import default_home
@@ -46,24 +46,24 @@ def _now() -> str:
 @step(idempotent=False)  # an erase takes long and is not repeated: a resumed run certifies what it found
 def erase_drives(node: str) -> dict[str, Any]:
     """Erase every drive the BMC reports; each result with its read-back (never raises for one drive)."""
-    from lifecycle.drivers.bmc.factory import driver_for
-    from lifecycle.drivers.bmc.redfish_erase import erase_interface
+    from lifecycle.drivers.bmc.factory import driver_for, unsupported_reason
 
     rec = shared_store().get(node)
     bmc = driver_for(rec.node().bmc)
     try:
-        eraser = erase_interface(bmc)
-        drives = eraser.drives()
+        if not isinstance(bmc, EraseInterface):  # IPMI: the pre-check refuses it; a changed inventory still may
+            raise NotSupported(bmc.target, unsupported_reason(bmc, Capability.ERASE) or "the BMC cannot erase")
+        eraser = bmc
         results: list[dict[str, Any]] = []
-        for d in drives:
+        for d in eraser.drives():
             try:
-                results.append(asdict(eraser.erase(d.id)))
-            except NotSupported as exc:
+                results.append(asdict(eraser.erase_drive(d.id)))
+            except NotSupported as exc:  # a drive with no erase (SimpleStorage): not erased, said so
                 now = _now()
-                results.append(asdict(DriveErase(d, eraser.method_name, now, now, "", "not started",
+                results.append(asdict(DriveErase(d, eraser.erase_method, now, now, "", "not started",
                                                  verification="not erased", problems=(exc.message,))))
-        return {"bmc": rec.node().bmc.driver, "target": bmc.target, "method": eraser.method_name,
-                "verifier": eraser.verifier, "drives": results}
+        return {"bmc": rec.node().bmc.driver, "target": bmc.target, "method": eraser.erase_method,
+                "verifier": eraser.erase_verifier, "drives": results}
     finally:
         bmc.close()
 

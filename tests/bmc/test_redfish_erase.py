@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.drivers.bmc.base import Credentials, TaskProgress
+from lifecycle.drivers.bmc.base import Credentials, EraseInterface, TaskProgress, require
 from lifecycle.drivers.bmc.ipmi import IpmiDriver
-from lifecycle.drivers.bmc.redfish_erase import RedfishErase, erase_interface, read_back
+from lifecycle.drivers.bmc.redfish_erase import read_back
 from lifecycle.drivers.errors import NotSupported
 from lifecycle.lab.redfish_emulator import ExtraHardware, RedfishEmulator
 from tests.bmc.conftest import VENDOR_TREES, DriverFactory, bmc_config
@@ -35,7 +35,7 @@ def drives_emulator(redfish_dir: Path) -> Iterator[RedfishEmulator]:
 def test_every_drive_is_erased_and_read_back_on_every_tree(drives_emulator: RedfishEmulator,
                                                           make_driver: DriverFactory, tree: str) -> None:
     drv = make_driver(drives_emulator.urls[tree])
-    eraser = RedfishErase(drv)
+    eraser = drv
     found = eraser.drives()
     drives = [d for d in found if d.id in ("0", "1")]
     assert len(drives) == 2 and all(d.serial for d in drives)
@@ -44,9 +44,9 @@ def test_every_drive_is_erased_and_read_back_on_every_tree(drives_emulator: Redf
     for other in [d for d in found if d not in drives]:
         assert tree == "dmtf-public-rackmount1"
         with pytest.raises(NotSupported):
-            eraser.erase(other.id)
+            eraser.erase_drive(other.id)
     seen: list[TaskProgress] = []
-    results = [eraser.erase(d.id, progress=seen.append) for d in drives]
+    results = [eraser.erase_drive(d.id, progress=seen.append) for d in drives]
     assert all(r.ok and r.verified and r.task_state == "Completed" for r in results), results
     assert "Task /redfish/v1/TaskService/Tasks/" in results[0].verification
     assert "Status Enabled/OK" in results[0].verification and "Operations pending: none" in results[0].verification
@@ -83,21 +83,21 @@ def test_a_drive_under_erase_lists_the_sanitize_until_its_task_ends(drives_emula
 def test_a_failed_or_unverified_erase_is_not_ok(drives_emulator: RedfishEmulator, make_driver: DriverFactory,
                                                 fault: dict[str, bool], state: str, needle: str) -> None:
     drives_emulator.set_fault("dell-idrac-bmclib", **fault)
-    result = RedfishErase(make_driver(drives_emulator.urls["dell-idrac-bmclib"])).erase("0")
+    result = make_driver(drives_emulator.urls["dell-idrac-bmclib"]).erase_drive("0")
     assert not result.ok and not result.verified and result.task_state == state
     assert any(needle in p for p in result.problems), result.problems
 
 
 def test_a_tree_without_drives_reports_none(emulator: RedfishEmulator, make_driver: DriverFactory) -> None:
-    eraser = RedfishErase(make_driver(emulator.urls["openbmc-stock"]))
+    eraser = make_driver(emulator.urls["openbmc-stock"])
     assert eraser.drives() == []
     with pytest.raises(NotSupported):
-        eraser.erase("0")
+        eraser.erase_drive("0")
 
 
 def test_ipmi_has_no_erase_interface() -> None:
-    with pytest.raises(NotSupported, match="IPMI"):
-        erase_interface(IpmiDriver("127.0.0.1:1", Credentials("u", "p")))
+    with pytest.raises(NotSupported, match="erase"):
+        require(IpmiDriver("127.0.0.1:1", Credentials("u", "p")), EraseInterface)  # type: ignore[type-abstract]
 
 
 def test_reset_to_defaults_where_the_manager_offers_it(emulator: RedfishEmulator, make_driver: DriverFactory) -> None:

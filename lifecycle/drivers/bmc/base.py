@@ -311,11 +311,58 @@ class VirtualMediaInterface(_Interface):
     def virtual_media_eject(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class DriveErase:
+    """One drive's erase: what was asked, what the BMC's task said, and what was read back after it."""
+
+    drive: Drive
+    method: str
+    """How it was erased, in the BMC's words (``Drive.SecureErase``)."""
+    started_at: str
+    ended_at: str
+    task_id: str
+    task_state: str
+    task_messages: tuple[str, ...] = ()
+    verified: bool = False
+    verification: str = ""
+    """What was read back and what it said (an erase certificate quotes it)."""
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.task_state == "Completed" and self.verified and not self.problems
+
+
 class EraseInterface(_Interface):
+    """Secure erase of the system's drives: each erase followed to its end, then read back.
+
+    ``erase_drive`` never raises for an erase that failed or could not be verified (that is in
+    its ``DriveErase``, with the words of the read-back, for a certificate); only for a drive that
+    cannot be erased at all or a BMC that cannot be reached. ``secure_erase`` is the short form
+    that raises ``OperationFailed`` unless the erase was verified.
+    """
+
+    erase_method: str = ""
+    erase_verifier: str = ""
+    """Who verifies and what is read (an erase certificate's ``verifier``)."""
+
     @abc.abstractmethod
+    def drives(self) -> list[Drive]:
+        """Every drive the BMC reports for the system (some may not be erasable: erase_drive says so)."""
+
+    @abc.abstractmethod
+    def erase_drive(self, drive_id: str, progress: ProgressCallback | None = None) -> DriveErase:
+        """Erase one drive, follow the task to the end, read the drive back; the result says how it went."""
+
     def secure_erase(self, drive_id: str,
                      progress: ProgressCallback | None = None) -> TaskProgress:
-        """Erase, follow the task to the end, then read the drive back to verify."""
+        """Erase, follow the task to the end, then read the drive back to verify (raises unless verified)."""
+        from lifecycle.drivers.errors import OperationFailed
+
+        done = self.erase_drive(drive_id, progress)
+        if not done.ok:
+            raise OperationFailed(self.target, f"drive {drive_id}: " + "; ".join(done.problems or (done.verification,)))
+        return TaskProgress(done.task_id, done.task_state, 100, done.task_messages)
 
 
 # Each capability is one interface; a hardware type is the set it inherits.

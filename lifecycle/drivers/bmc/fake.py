@@ -28,6 +28,7 @@ from lifecycle.drivers.bmc.base import (
     BootMode,
     Cpu,
     Drive,
+    DriveErase,
     EraseInterface,
     Firmware,
     FirmwareInterface,
@@ -337,11 +338,24 @@ class FakeBmc(BmcDriver, FirmwareInterface, BiosInterface, VirtualMediaInterface
         self._install(targets)
         return done
 
-    def secure_erase(self, drive_id: str,
-                     progress: ProgressCallback | None = None) -> TaskProgress:
+    erase_method = "fake erase"
+    erase_verifier = "FakeBmc: the task's end state (nothing is read back)"
+
+    def drives(self) -> list[Drive]:
+        self._enter("drives")
+        return list(self.hardware.drives)
+
+    def erase_drive(self, drive_id: str, progress: ProgressCallback | None = None) -> DriveErase:
         self._enter("secure_erase")
         drive = next((d for d in self.hardware.drives if d.id == drive_id), None)
         if drive is None:
             raise NotSupported(self.target, f"no drive {drive_id!r}")
         self.requests.append(f"erase:{drive_id}")
-        return self._task(f"erase-{drive_id}", progress)
+        at = f"{self.clock():.3f}"
+        try:
+            done = self._task(f"erase-{drive_id}", progress)
+        except OperationFailed as exc:
+            return DriveErase(drive, self.erase_method, at, f"{self.clock():.3f}", f"erase-{drive_id}", "Exception",
+                              verification="the task failed", problems=(exc.message,))
+        return DriveErase(drive, self.erase_method, at, f"{self.clock():.3f}", done.task_id, done.state,
+                          verified=True, verification="task Completed")

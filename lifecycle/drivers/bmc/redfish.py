@@ -1,13 +1,13 @@
 """The Redfish hardware type, for every vendor's BMC: every interface racklife has.
 
 ``RedfishDriver`` composes the parts, as an ironic hardware type does: power, boot,
-inventory (with sensors, health, the event log), virtual media and erase here; firmware in
-``redfish_firmware``; BIOS in ``redfish_bios``; the session, system discovery, actions and
-Task following they share in ``redfish_base``. Each public method reads the actual state
-first and sends nothing when the BMC is already where it was asked to go (power, boot
-override, BIOS attributes, virtual media). I/O, retries and error translation live in
-``redfish_transport``; JSON mapping in ``redfish_parse``; vendor vocabulary in
-``redfish_quirks``.
+inventory (with sensors, health, the event log) and virtual media here; firmware in
+``redfish_firmware``; BIOS in ``redfish_bios``; secure erase in ``redfish_erase``; the
+session, system discovery, actions and Task following they share in ``redfish_base``.
+Each public method reads the actual state first and sends nothing when the BMC is already
+where it was asked to go (power, boot override, BIOS attributes, virtual media). I/O,
+retries and error translation live in ``redfish_transport``; JSON mapping in
+``redfish_parse``; vendor vocabulary in ``redfish_quirks``.
 """
 
 from __future__ import annotations
@@ -22,18 +22,16 @@ from lifecycle.drivers.bmc.base import (
     BmcDriver,
     BootDevice,
     BootMode,
-    EraseInterface,
     HardwareInventory,
     Health,
     LogEntry,
     PowerAction,
     PowerState,
-    ProgressCallback,
     SensorReading,
-    TaskProgress,
     VirtualMediaInterface,
 )
 from lifecycle.drivers.bmc.redfish_bios import RedfishBios
+from lifecycle.drivers.bmc.redfish_erase import RedfishErase
 from lifecycle.drivers.bmc.redfish_firmware import RedfishFirmware
 from lifecycle.drivers.bmc.redfish_quirks import BOOT_TARGETS, POWER_STATES, RESET_TYPES
 from lifecycle.drivers.errors import NotSupported, OperationFailed
@@ -42,8 +40,7 @@ LOG = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 
-class RedfishDriver(RedfishFirmware, RedfishBios, BmcDriver, VirtualMediaInterface,
-                    EraseInterface):
+class RedfishDriver(RedfishFirmware, RedfishBios, RedfishErase, BmcDriver, VirtualMediaInterface):
     """One ComputerSystem behind one Redfish service."""
 
     hardware_type = "redfish"
@@ -182,18 +179,3 @@ class RedfishDriver(RedfishFirmware, RedfishBios, BmcDriver, VirtualMediaInterfa
             self.transport.request("POST", target, {})
         else:
             self._patch(str(media["@odata.id"]), media, {"Image": None, "Inserted": False})
-
-    # --- secure erase ---------------------------------------------------------------------------
-
-    def secure_erase(self, drive_id: str,
-                     progress: ProgressCallback | None = None) -> TaskProgress:
-        drive = inv.find_drive(self.reader, self.system(), drive_id)
-        target, _ = self._action(drive, "#Drive.SecureErase")
-        result = self._follow(self.transport.request("POST", target, {}), progress)
-        after = self.transport.get(str(drive["@odata.id"]))
-        status = after.get("Status") or {}
-        if status.get("State") not in (None, "Enabled") or status.get("Health") not in (None,
-                                                                                        "OK"):
-            raise OperationFailed(self.target, f"drive {drive_id} reads back as "
-                                  f"{status.get('State')}/{status.get('Health')} after erase")
-        return result

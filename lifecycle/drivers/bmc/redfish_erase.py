@@ -1,8 +1,8 @@
-"""Secure erase through Redfish: ``Drive.SecureErase`` on every drive, each Task followed, each drive read back.
+"""The erase part of the Redfish hardware type: ``Drive.SecureErase`` per drive, its Task followed, read back.
 
-The erase half of the BMC's per-concern interfaces (:class:`EraseInterface`),
-on the Redfish driver's one transport (``RedfishDriver`` keeps the session,
-the quirks and the task follower; this module adds no I/O of its own).
+Composed into ``RedfishDriver`` like ``redfish_firmware`` and ``redfish_bios``
+(the ``EraseInterface`` of ``base.py``), on the shared plumbing of
+``redfish_base`` (session, system, actions, the Task follower).
 
 What "verified" means here, honestly: the BMC's own account, read back after
 the Task ended — the Task resource re-read from the TaskService says
@@ -16,20 +16,18 @@ itself is not read: sampled reads from a maintenance boot are not done
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from lifecycle.drivers.bmc import redfish_inventory as inv
 from lifecycle.drivers.bmc import redfish_parse as parse
-from lifecycle.drivers.bmc.base import Drive, ProgressCallback, TaskProgress
-from lifecycle.drivers.bmc.erase import DriveErase, EraseInterface
-from lifecycle.drivers.bmc.redfish import RedfishDriver
-from lifecycle.drivers.errors import NotSupported, OperationFailed
+from lifecycle.drivers.bmc.base import Drive, DriveErase, EraseInterface, ProgressCallback, TaskProgress
+from lifecycle.drivers.bmc.redfish_base import RedfishSystem
+from lifecycle.drivers.errors import OperationFailed
 
 Json = dict[str, Any]
 ERASE_ACTION = "#Drive.SecureErase"
-# Drive.Operations entries that mean an erase is still under way (Drive v1_1+ OperationName, v1_16+ Operation).
+# Drive.Operations entries that mean an erase is still under way (v1_1+ OperationName, v1_16+ Operation).
 ERASING = frozenset({"erase", "sanitize", "secureerase"})
 
 
@@ -56,27 +54,22 @@ def read_back(drive: Json, task: Json | None) -> tuple[bool, str]:
     return ok, "; ".join(said)
 
 
-class RedfishErase(EraseInterface):
-    """``Drive.SecureErase`` on one Redfish system's drives."""
+class RedfishErase(RedfishSystem, EraseInterface):
+    """``Drive.SecureErase`` on the system's drives."""
 
-    method_name = "Drive.SecureErase"
-    verifier = ("racklife RedfishErase: the BMC's Task re-read from its TaskService and the Drive re-read "
-                "(Status, Operations) after the Task ended")
-
-    def __init__(self, driver: RedfishDriver, now: Callable[[], str] = _now) -> None:
-        self.driver = driver
-        self.now = now
+    erase_method = "Drive.SecureErase"
+    erase_verifier = ("racklife Redfish driver: the BMC's Task re-read from its TaskService and the Drive "
+                      "re-read (Status, Operations) after the Task ended")
 
     def drives(self) -> list[Drive]:
-        return inv.drives(self.driver.reader, self.driver.system())
+        return inv.drives(self.reader, self.system())
 
-    def erase(self, drive_id: str, progress: ProgressCallback | None = None) -> DriveErase:
-        d = self.driver
-        resource = inv.find_drive(d.reader, d.system(), drive_id)
+    def erase_drive(self, drive_id: str, progress: ProgressCallback | None = None) -> DriveErase:
+        resource = inv.find_drive(self.reader, self.system(), drive_id)
         drive = parse.drive(resource)
-        target, _ = d._action(resource, ERASE_ACTION)
-        started = self.now()
-        reply = d.transport.request("POST", target, {})
+        target, _ = self._action(resource, ERASE_ACTION)
+        started = _now()
+        reply = self.transport.request("POST", target, {})
         task_path = reply.body.get("@odata.id") if "TaskState" in reply.body else None
         seen: list[TaskProgress] = []
 
@@ -85,25 +78,15 @@ class RedfishErase(EraseInterface):
             if progress is not None:
                 progress(step)
         try:
-            final = d._follow(reply, note)
+            final = self._follow(reply, note)
         except OperationFailed as exc:
             last = seen[-1] if seen else TaskProgress("", "Exception", None)
-            return DriveErase(drive, self.method_name, started, self.now(), last.task_id, last.state,
-                              last.messages, False, "not read back: the erase task failed",
-                              (exc.message,))
-        ended = self.now()
-        task = d.reader.optional(str(task_path)) if task_path else None
-        after = d.transport.get(str(resource["@odata.id"]))
+            return DriveErase(drive, self.erase_method, started, _now(), last.task_id, last.state, last.messages,
+                              False, "not read back: the erase task failed", (exc.message,))
+        ended = _now()
+        task = self.reader.optional(str(task_path)) if task_path else None
+        after = self.transport.get(str(resource["@odata.id"]))
         ok, words = read_back(after, task)
-        problems = () if ok else (f"read-back does not show a clean erase: {words}",)
-        return DriveErase(drive, self.method_name, started, ended, final.task_id, final.state, final.messages,
+        problems = () if ok else (f"the drive reads back without a clean erase: {words}",)
+        return DriveErase(drive, self.erase_method, started, ended, final.task_id, final.state, final.messages,
                           ok, words, problems)
-
-
-def erase_interface(driver: object) -> EraseInterface:
-    """The erase interface of a BMC driver, or NotSupported naming why (IPMI has none)."""
-    if isinstance(driver, RedfishDriver):
-        return RedfishErase(driver)
-    target = str(getattr(driver, "target", "bmc"))
-    raise NotSupported(target, f"{type(driver).__name__} has no secure erase (IPMI lacks it): erase the drives "
-                               "another way")
