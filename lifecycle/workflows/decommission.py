@@ -161,7 +161,7 @@ def bmc_reset(node: str) -> str:
 # ------------------------------------------------------------------ the workflow
 
 
-@DBOS.workflow()
+@DBOS.workflow(name="decommission_node")
 def decommission_node(node: str, s: DecommissionSettings) -> dict[str, Any]:
     """Decommission one node as a run that holds it (one run per node)."""
     held = take_leases([node], "decommission_node")
