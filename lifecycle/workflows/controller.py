@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -88,6 +89,40 @@ class Recovered:
     nodes: frozenset[str]  # the nodes it holds (its leases), when it has taken them
 
 
+class Handed:
+    """A run handed to the service, awaited from here; says so when no service is left to run it.
+
+    A run waits on the service queue until some service dequeues it: if every
+    service is gone, the command keeps waiting (the run starts when one is back)
+    rather than run it here beside a service that may only be slow.
+    """
+
+    WARN_AFTER_S = HEARTBEAT_TIMEOUT_S + HEARTBEAT_S
+
+    def __init__(self, handle: Any, store: Store, say: Callable[[str], None]) -> None:
+        self._handle = handle
+        self._store = store
+        self._say = say
+
+    def get_workflow_id(self) -> str:
+        return str(self._handle.get_workflow_id())
+
+    def get_result(self) -> Any:
+        alone_since: float | None = None
+        warned = False
+        while self._handle.get_status().status in leasing.LIVE:
+            if live_services(self._store):
+                alone_since = None
+            elif alone_since is None:
+                alone_since = time.monotonic()
+            elif not warned and time.monotonic() - alone_since > self.WARN_AFTER_S:
+                self._say(f"no racklife serve is alive: run {self.get_workflow_id()} waits until one starts "
+                          "(`racklife serve`, or `systemctl start racklife`)")
+                warned = True
+            time.sleep(1.0)
+        return self._handle.get_result()
+
+
 class Controller:
     """Context manager around the workflow engine for one command (or service) of ``role``."""
 
@@ -117,6 +152,7 @@ class Controller:
             found = live_services(shared_store(url), self.host)
             if found:
                 self.url, self.service = url, max(found, key=lambda ex: ex.heartbeat_at)
+                self.store = shared_store(url)
                 self._client = DBOSClient(system_database_url=url)
                 self.say(f"handing runs to racklife serve ({self.service.id})")
                 return self
@@ -289,9 +325,9 @@ class Controller:
                                        "app_version": engine.APP_VERSION}
             if workflow_id is not None:
                 options["workflow_id"] = workflow_id
-            handle: Any = self._client.enqueue(options, *args)
-            self._handles[handle.get_workflow_id()] = handle
-            return handle
+            handed = Handed(self._client.enqueue(options, *args), self.store, self.say)
+            self._handles[handed.get_workflow_id()] = handed
+            return handed
         wanted = set(nodes)
         for r in self.recovered:
             if r.run_id in self._handles and (r.nodes & wanted or self._holds_any(r.run_id, wanted)):

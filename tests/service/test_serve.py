@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,6 +58,50 @@ def test_a_command_hands_off_only_to_a_live_service(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_handed_run_says_when_no_service_is_left_to_run_it(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.workflows import power
+    from lifecycle.workflows.controller import Handed
+
+    monkeypatch.setattr(Handed, "WARN_AFTER_S", 0.5)
+    url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+    with Controller("probe", url):  # the engine's tables, made once by an embedded launch
+        pass
+    store = Store(url)
+    said: list[str] = []
+    try:
+        live = _row("serve", "otherhost", datetime.now(UTC))
+        leases.register_executor(store, live)
+        with Controller("power", url, say=said.append) as ctl:
+            handle = ctl.start(power.power_on_node, "r01-n01", power.PowerOnSettings(), workflow_id="handed-1")
+            leases.heartbeat(store, live.id, at=STOPPED_AT)  # the service is gone; nothing dequeues the run
+            ended: list[BaseException] = []
+
+            def wait() -> None:
+                try:
+                    handle.get_result()
+                except BaseException as exc:  # the cancel below ends it
+                    ended.append(exc)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            deadline = time.monotonic() + 30
+            while not any("no racklife serve is alive: run handed-1 waits" in m for m in said):
+                assert time.monotonic() < deadline, said
+                time.sleep(0.2)
+            assert waiter.is_alive()  # it keeps waiting: the run starts when a service is back
+            insp = engine.Inspector(url)
+            try:
+                assert insp.get_run("handed-1").status == "ENQUEUED"  # type: ignore[union-attr]
+                insp.cancel("handed-1")
+            finally:
+                insp.close()
+            waiter.join(30)
+            assert not waiter.is_alive() and ended
+    finally:
+        store.close()
+
+
 def test_serve_heartbeats_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {"RACKLIFE_HOME": str(tmp_path)}
     url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
@@ -97,3 +142,54 @@ def test_serve_heartbeats_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+INVENTORY = """\
+site: {name: t}
+racks: [{name: r01}]
+pools:
+  inference: {scheduler: kubernetes}
+nodes:
+  - name: r01-n01
+    serial: S1
+    rack: r01
+    u: 2
+    sku: h100-sxm-8
+    pool: inference
+    bmc: {driver: redfish, address: "https://127.0.0.1:1", credentials: "env:RACKLIFE_TEST_NO_SUCH_BMC"}
+    nics:
+      - {name: eno1, mac: "3c:ec:ef:01:01:00", role: boot}
+"""
+
+
+def test_serve_refreshes_the_fleet_on_its_interval_and_records_the_drift(tmp_path: Path) -> None:
+    from lifecycle.planner import observe
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_") and k != "KUBECONFIG"}
+    env["RACKLIFE_HOME"] = str(tmp_path)
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    assert subprocess.run([EXE, "inventory", "import", str(tmp_path / "inv.yaml")], env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([EXE, "serve", "--refresh-interval", "1"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while log.read_text().count("refreshed 1 node(s)") < 2:  # twice: it is an interval, not a one-off
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        text = log.read_text()
+        assert "drift: r01-n01 (kube, unreadable): could not read: no kubeconfig" in text, text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    store = Store(f"sqlite:///{tmp_path / 'racklife.sqlite'}")
+    try:
+        seen = observe.load(store)["r01-n01"]
+        assert "kube" in seen.errors and "bmc" in seen.errors  # stored with what could not be read
+    finally:
+        store.close()
