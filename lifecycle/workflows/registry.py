@@ -26,4 +26,5 @@ EMBEDDED_QUEUES: tuple[str, ...] = (provision.QUEUE,)
 
 
 def launch(url: str | None = None, role: str = "cli") -> str:
-    return engine.launch(url, role=role)
+    """Launch the engine for a process that runs its own workflows (never the service's queue)."""
+    return engine.launch(url, role=role, queues=EMBEDDED_QUEUES)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.store import Store, leases
-from lifecycle.workflows import engine
+from lifecycle.workflows import engine, registry
 from lifecycle.workflows.controller import STOPPED_AT, Controller, executor_alive, live_services
 
 EXE = str(Path(sys.executable).with_name("racklife"))
@@ -73,6 +73,7 @@ def test_a_handed_run_says_when_no_service_is_left_to_run_it(tmp_path: Path,
         live = _row("serve", "otherhost", datetime.now(UTC))
         leases.register_executor(store, live)
         with Controller("power", url, say=said.append) as ctl:
+            ctl.register_queue(registry.SERVE_QUEUE, 64, per_process=True)  # as the service does at start
             handle = ctl.start(power.power_on_node, "r01-n01", power.PowerOnSettings(), workflow_id="handed-1")
             leases.heartbeat(store, live.id, at=STOPPED_AT)  # the service is gone; nothing dequeues the run
             ended: list[BaseException] = []
@@ -90,6 +91,8 @@ def test_a_handed_run_says_when_no_service_is_left_to_run_it(tmp_path: Path,
                 assert time.monotonic() < deadline, said
                 time.sleep(0.2)
             assert waiter.is_alive()  # it keeps waiting: the run starts when a service is back
+            with Controller("slurm", url):  # an embedded command never takes the service's work
+                time.sleep(3)  # its queue workers poll every second
             insp = engine.Inspector(url)
             try:
                 assert insp.get_run("handed-1").status == "ENQUEUED"  # type: ignore[union-attr]
