@@ -12,11 +12,11 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
-import sys
 from pathlib import Path
 
 import typer
 
+from lifecycle.cli._change import Change, YesOpt, go_ahead
 from lifecycle.cli._common import (
     BAD_INPUT,
     FAILED,
@@ -40,7 +40,7 @@ def apply_cmd(
                                        help="Most nodes worked on at once."),
     max_unavailable: str = typer.Option("1", "--max-unavailable",
                                         help="Per pool, nodes out of service at once: N or P%."),
-    yes: bool = typer.Option(False, "--yes", help="Do not ask before acting."),
+    yes: bool = YesOpt,
     level: str = typer.Option("quick", "--level", help="Acceptance level for accept steps."),
     operator: str | None = typer.Option(None, "--operator", help="Who applies (default: the login name)."),
     ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
@@ -94,10 +94,9 @@ def apply_cmd(
             if first.blocked:
                 raise typer.Exit(FAILED)
             return
-        if not yes:
-            if not sys.stdin.isatty():
-                fail("apply changes nodes: pass --yes (or run `racklife plan` to see what it would do)", BAD_INPUT)
-            typer.confirm(f"apply changes to {sum(bool(n.steps) for n in first.nodes)} node(s)?", abort=True)
+        go_ahead(Change("apply the plan to", [n.node for n in first.nodes if n.steps],
+                        [f"{n.node}: {s.describe()}" for n in first.nodes for s in n.steps]),
+                 yes=yes, dry_run=False)  # `racklife plan` is the dry run
 
         def accept_settings(run_id: str) -> AcceptSettings:
             work = default_home() / "acceptance" / run_id

@@ -19,6 +19,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from lifecycle.cli._change import Change, DryRunOpt, ForceOpt, YesOpt, go_ahead, in_service_guard
 from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, error_exit, out_console
 from lifecycle.drivers.bmc.base import (
     BmcDriver,
@@ -44,6 +45,10 @@ class PowerCommand(StrEnum):
     GRACEFUL_OFF = "graceful-off"
     CYCLE = "cycle"
     RESET = "reset"
+
+
+# The power actions that take a running system down: asked for, and refused on a node in service.
+_TAKES_DOWN = frozenset({PowerCommand.OFF, PowerCommand.GRACEFUL_OFF, PowerCommand.CYCLE, PowerCommand.RESET})
 
 
 class DriverChoice(StrEnum):
@@ -148,13 +153,26 @@ def power(
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
+    yes: bool = YesOpt, dry_run: bool = DryRunOpt, force: bool = ForceOpt,
 ) -> None:
-    """Show or change power. Asking for the state the system is in already does nothing."""
+    """Show or change power. Asking for the state the system is in already does nothing.
+
+    off, graceful-off, cycle and reset ask first (--yes where there is no
+    terminal; --dry-run to see what would happen), and are refused on a node a
+    scheduler is using unless --force.
+    """
+    if action in _TAKES_DOWN:
+        in_service_guard([node] if node else [], f"power {action.value}", force=force, bmc_address=address)
     with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
         before = t.driver.power_state()
         result: dict[str, object] = {"bmc": t.label, "power": before.value}
         if action is not PowerCommand.STATUS:
             wanted = PowerAction(action.value.replace("-", "_"))
+            changes = _changes(before, wanted)
+            if dry_run or (action in _TAKES_DOWN and changes):
+                now = f"power is {before.value} now" + ("" if changes else ": nothing to do")
+                go_ahead(Change(f"power {action.value}", [t.label], [now]), yes=yes or action not in _TAKES_DOWN,
+                         dry_run=dry_run)
             t.driver.power(wanted)
             result = {"bmc": t.label, "action": wanted.value, "before": before.value,
                       "changed": _changes(before, wanted)}
@@ -229,16 +247,19 @@ def inventory_(
 
 @app.command()
 def sel(
-    clear: Annotated[bool, typer.Option("--clear", help="Clear the log after reading it.")] = False,
+    clear: Annotated[bool, typer.Option("--clear", help="Clear the log after reading it (asks first).")] = False,
     inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
+    yes: bool = YesOpt, dry_run: bool = DryRunOpt,
 ) -> None:
-    """The system event log (SEL); with --clear, print it and then clear it."""
+    """The system event log (SEL); with --clear, print it and then clear it (--yes, or asked; --dry-run)."""
     with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
         entries = t.driver.event_log()
         if clear:
+            go_ahead(Change("clear the event log", [t.label], [f"{len(entries)} entries are lost"]),
+                     yes=yes, dry_run=dry_run)
             t.driver.clear_event_log()
     if as_json:
         emit_json({"bmc": t.label, "cleared": clear, "entries": [

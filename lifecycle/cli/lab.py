@@ -21,6 +21,7 @@ from typing import Any
 
 import typer
 
+from lifecycle.cli._change import Change, DryRunOpt, YesOpt, go_ahead
 from lifecycle.cli._common import (
     FAILED,
     REFUSED,
@@ -40,7 +41,8 @@ from lifecycle.model.skus import SKUS
 app = typer.Typer(help="An emulated GPU rack on this machine (needs root).", no_args_is_help=True)
 
 CONTROLLER_DIR = "controller"  # the controller's RACKLIFE_HOME for this lab, inside the lab directory
-DirOpt = typer.Option(rack.DEFAULT_LAB_DIR, "--dir", help="Lab directory (env RACKLIFE_LAB_DIR).")
+DirOpt = typer.Option(rack.DEFAULT_LAB_DIR, "--dir", envvar="RACKLIFE_LAB_DIR",
+                      help="Lab directory ('racklife lab env' exports it for the lab's clients).")
 PrefixOpt = typer.Option(netns.DEFAULT_PREFIX, "--prefix", help="Name prefix of the lab's namespaces.")
 
 
@@ -74,6 +76,7 @@ def up(
     state = rack.read_state(lab_dir)
     if rack.supervisor_alive(state):
         fail(f"a lab is already running in {lab_dir}; run 'racklife lab down' first", REFUSED)
+    _refuse_another_labs(lab_dir, state, prefix)
     config = rack.RackConfig(lab_dir=lab_dir, nodes=nodes, racks=racks, boot_time_s=boot_time,
                              prefix=prefix, ready_timeout_s=timeout, with_vm=with_vm)
     try:
@@ -144,6 +147,16 @@ def status(lab_dir: Path = DirOpt, as_json: bool = JsonOpt) -> None:
     alive = rack.supervisor_alive(state)
     if state is None:
         fail(f"no lab in {lab_dir}", REFUSED)
+    if not alive:
+        # What the state file says of power and Slurm was true when the lab stopped; it is not now.
+        if as_json:
+            emit_json({"lab_dir": str(lab_dir), "running": False, "phase": state.get("phase"),
+                       "nodes": [{"name": n["name"], "pool": n.get("pool")} for n in state.get("nodes", [])]})
+        else:
+            out_console.print(f"lab {lab_dir}: not running (last phase: {state.get('phase')}); its nodes "
+                              f"{', '.join(n['name'] for n in state.get('nodes', [])) or '-'} are down; "
+                              "'racklife lab up' starts a lab", markup=False, soft_wrap=True)
+        return
     faults = {n["name"]: "-" if n.get("kind") == "vm" else _fault_of(Path(n["dir"])) for n in state.get("nodes", [])}
     if as_json:
         emit_json({**state, "running": alive,
@@ -173,11 +186,38 @@ def _fault_of(node_dir: Path) -> str:
     return f.profile if f.profile == "healthy" else f"{f.profile} (gpu {f.gpu})"
 
 
+def _refuse_another_labs(lab_dir: Path, state: dict[str, Any] | None, prefix: str) -> None:
+    """Namespaces of ``prefix`` that this directory's lab did not make belong to another lab: never touch them."""
+    if state is not None and str(state.get("prefix", netns.DEFAULT_PREFIX)) == prefix:
+        return  # this lab's own, left by a crash: up and down clean them up
+    theirs = netns.running(prefix)
+    if theirs:
+        fail(f"namespaces {', '.join(theirs)} belong to another lab than {lab_dir}'s (prefix {prefix!r})", REFUSED,
+             hint="racklife lab down --dir THAT_LAB for it, or --prefix another for this one")
+
+
 @app.command("down")
-def down(lab_dir: Path = DirOpt, prefix: str = PrefixOpt, as_json: bool = JsonOpt) -> None:
-    """Stop the lab (also after a crash) and remove its namespaces and processes."""
+def down(lab_dir: Path = DirOpt, prefix: str = PrefixOpt, as_json: bool = JsonOpt,
+         yes: bool = YesOpt, dry_run: bool = DryRunOpt) -> None:
+    """Stop the lab in --dir (also after a crash) and remove its namespaces and processes, and no other lab's.
+
+    Asks first (--yes where there is no terminal; --dry-run to see what it would stop).
+    """
     state = rack.read_state(lab_dir)
-    prefix = str(state.get("prefix", prefix)) if state else prefix
+    if state is None:
+        _refuse_another_labs(lab_dir, state, prefix)
+        if as_json:
+            emit_json({"lab_dir": str(lab_dir), "removed": []})
+        else:
+            out_console.print(f"lab down: no lab in {lab_dir}, nothing was running", markup=False)
+        return
+    prefix = str(state.get("prefix", prefix))
+    alive = rack.supervisor_alive(state)
+    go_ahead(Change("tear down the lab", [str(lab_dir)],
+                    [f"supervisor pid {state.get('pid')} and every daemon of the lab stopped" if alive
+                     else "the lab's supervisor is not running: what it left is removed",
+                     f"namespaces {', '.join(netns.running(prefix)) or '(none left)'} removed"]),
+             yes=yes, dry_run=dry_run)
     removed = rack.cleanup(lab_dir, prefix)
     left = netns.running(prefix)
     if left:
@@ -220,7 +260,8 @@ def env(
     """
     state = _state_or_exit(lab_dir)
     q = shlex.quote
-    lines = [f"export SLURM_CONF={q(state['slurm_conf'])}",
+    lines = [f"export RACKLIFE_LAB_DIR={q(str(state['lab_dir']))}",  # the next lab command finds this lab
+             f"export SLURM_CONF={q(state['slurm_conf'])}",
              f"export RACKLIFE_INVENTORY={q(state['inventory'])}",
              f"export RACKLIFE_LAB_SSH_CONFIG={q(state['ssh_config'])}",
              f"# SSH config: {state['ssh_config']}  (ssh -F \"$RACKLIFE_LAB_SSH_CONFIG\" NODE)",

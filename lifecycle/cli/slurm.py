@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from lifecycle.cli._change import Change, DryRunOpt, YesOpt, go_ahead
 from lifecycle.cli._common import (
     BAD_INPUT,
     REFUSED,
@@ -129,10 +130,8 @@ def status(
     emit_table("Slurm nodes", ["node", "state", "partitions", "drain owner", "reason", "jobs"], table)
 
 
-def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
+def _known(nodes: list[str]) -> None:
     from lifecycle.store import NodeNotFound, Store
-    from lifecycle.workflows import slurm_pool
-    from lifecycle.workflows.controller import Controller
 
     store = Store()
     try:
@@ -142,6 +141,13 @@ def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[
         fail(str(exc))
     finally:
         store.close()
+
+
+def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
+    from lifecycle.workflows import slurm_pool
+    from lifecycle.workflows.controller import Controller
+
+    _known(nodes)
     with Controller("slurm", say=lambda m: err_console.print(m, markup=False)) as ctl:
         func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
         handles = [ctl.start(func, n, *args, nodes=[n]) for n in dict.fromkeys(nodes)]
@@ -176,10 +182,25 @@ def leave(
     deadline: float | None = typer.Option(None, "--deadline", min=0, help="Seconds to wait for running jobs."),
     reason: str = typer.Option("leaving the pool", "--reason", help="Human reason, after racklife's prefix."),
     as_json: bool = JsonOpt,
+    yes: bool = YesOpt, dry_run: bool = DryRunOpt,
 ) -> None:
-    """Drain nodes out of Slurm: wait for jobs, then requeue or cancel per policy; report every job."""
+    """Drain nodes out of Slurm: wait for jobs, then requeue or cancel per policy; report every job.
+
+    Asks first, naming the jobs on the nodes (--yes where there is no terminal;
+    --dry-run prints the nodes and jobs it would touch and changes nothing).
+    """
     if policy is not None and policy not in ("wait", "requeue", "cancel"):
         fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
+    _known(nodes)
+    try:
+        jobs = [j for j in SlurmDriver(CommandRunner(), None).jobs() if j.active and set(j.nodes) & set(nodes)]
+    except DriverError as exc:
+        fail(f"cannot read the jobs on {', '.join(nodes)}: {exc}", exc.exit_code)
+    then = {"cancel": "cancelled", "requeue": "requeued", "wait": "waited for"}.get(policy or "", "handled per the "
+                                                                                               "pool's policy")
+    go_ahead(Change(f"drain out of Slurm (policy {policy or 'of the pool'})", list(dict.fromkeys(nodes)),
+                    [f"job {j.job_id} ({j.user}, {j.name}) on {','.join(j.nodes)}: {then}" for j in jobs]
+                    or ["no running jobs"]), yes=yes, dry_run=dry_run)
     print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)
 
 

@@ -74,13 +74,16 @@ def tour(nodes: int, lab_dir: Path, prefix: str) -> None:
             if wrong:
                 raise TourFailed(f"nodes not where the build should leave them: {wrong}")
             serving = sorted(n for n, s in states.items() if s == "in_service")
-            _run(env, [exe, "bmc", "power", "cycle", "--inventory", inventory, "--node", serving[0]])
+            # A node in service: refused without --force (the store and Slurm are not told); the tour shows
+            # Slurm taking it back after the cycle.
+            _run(env, [exe, "bmc", "power", "cycle", "--inventory", inventory, "--node", serving[0], "--yes",
+                       "--force"])
             _wait_idle(env, serving[0], 120)
             _run(env, ["srun", "--immediate=30", "-p", "training", "-N2", "-w", ",".join(serving[:2]),
                        "hostname"], capture=True, timeout=120)
             _run(env, [exe, "lab", "status", "--dir", str(lab_dir)])
         finally:
-            _run(base, [exe, "lab", "down", "--dir", str(lab_dir), "--prefix", prefix], expect=(0, 1, 2))
+            _run(base, [exe, "lab", "down", "--dir", str(lab_dir), "--prefix", prefix, "--yes"], expect=(0, 1, 2))
 
 
 def _wait_idle(env: dict[str, str], node: str, timeout_s: float) -> None:

@@ -67,7 +67,7 @@ def test_boot_inventory_sel_and_sensors(ipmi_lab: Lab) -> None:
     inv = json.loads(run("inventory", *direct(ipmi_lab), "--json").stdout)
     assert inv["system"]["serial"] == "S4Z1X0042"
     assert inv["system"]["uuid"] == "6f1c7e64-2b1d-4e8a-9c55-0c2f8a9b1d42"
-    sel = json.loads(run("sel", "--clear", *direct(ipmi_lab), "--json").stdout)
+    sel = json.loads(run("sel", "--clear", "--yes", *direct(ipmi_lab), "--json").stdout)
     assert sel["entries"][0]["message"] == "CPU0 Temp: Upper critical"
     assert sel["cleared"] is True and ipmi_lab.bmc.sel == []
     sensors = json.loads(run("sensors", *direct(ipmi_lab), "--json").stdout)

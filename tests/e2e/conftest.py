@@ -58,7 +58,7 @@ class RunningLab:
         return run(self.env | (env_extra or {}), *args, timeout=timeout)
 
     def down(self) -> None:
-        run(dict(os.environ), "lab", "down", "--dir", str(self.dir))
+        run(dict(os.environ), "lab", "down", "--dir", str(self.dir), "--yes")
         rack.cleanup(self.dir, self.prefix)
         shutil.rmtree(self.root, ignore_errors=True)
 

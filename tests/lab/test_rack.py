@@ -165,7 +165,7 @@ def test_lab_up_status_power_and_down(lab_dir: Path, tmp_path: Path) -> None:
         finally:
             bmc.close()
 
-    code, out = lab("down", "--dir", str(lab_dir))
+    code, out = lab("down", "--dir", str(lab_dir), "--yes")
     assert code == 0, out
     assert leftovers(lab_dir, prefix) == []
     assert not rack.supervisor_alive(rack.read_state(lab_dir))
@@ -186,7 +186,7 @@ def test_down_and_up_clean_up_after_a_crashed_lab(lab_dir: Path) -> None:
     assert state is not None
     os.kill(int(state["pid"]), signal.SIGKILL)
     wait_for("the supervisor to die", lambda: not rack.supervisor_alive(state))
-    code, out = lab("down", "--dir", str(lab_dir))
+    code, out = lab("down", "--dir", str(lab_dir), "--yes")
     assert code == 0, out
     assert leftovers(lab_dir, prefix) == []
 

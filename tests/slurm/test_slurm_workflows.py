@@ -118,7 +118,16 @@ def test_leave_requeues_a_two_node_job_and_reports_it(env: dict[str, str]) -> No
     while slurm(env).job(job).state != "RUNNING":
         assert time.monotonic() < deadline, "job did not start"
         time.sleep(0.3)
-    res = racklife(env, "slurm", "leave", "gpu-006", "--policy", "requeue", "--deadline", "1", "--json")
+    # A dry run names the job it would requeue and changes nothing; without --yes (no terminal) it is refused.
+    dry = racklife(env, "slurm", "leave", "gpu-006", "--policy", "requeue", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["targets"] == ["gpu-006"] and any(f"job {job} " in e and "requeued" in e for e in plan["effects"])
+    refused = racklife(env, "slurm", "leave", "gpu-006", "--policy", "requeue", "--json")
+    assert refused.returncode == 5 and json.loads(refused.stdout)["error"]["code"] == "refused"
+    assert not slurm(env).node("gpu-006").state.drain and slurm(env).job(job).state == "RUNNING"
+    res = racklife(env, "slurm", "leave", "gpu-006", "--policy", "requeue", "--deadline", "1", "--json",
+                   "--yes")
     assert res.returncode == 0, res.stdout + res.stderr
     [out] = json.loads(res.stdout)
     assert [(j["job_id"], j["action"]) for j in out["report"]["jobs"]] == [(job, "requeued")]
@@ -147,7 +156,8 @@ def test_leave_never_touches_a_node_someone_else_drained(env: dict[str, str]) ->
     subprocess.run(["scontrol", "update", "nodename=gpu-008", "state=drain", "reason=admin: reseating cable"],
                    env=env, check=True, timeout=15)
     try:
-        res = racklife(env, "slurm", "leave", "gpu-008", "--policy", "cancel", "--deadline", "0", "--json")
+        res = racklife(env, "slurm", "leave", "gpu-008", "--policy", "cancel", "--deadline", "0", "--json",
+                       "--yes")
         assert res.returncode == 5, res.stdout + res.stderr
         [out] = json.loads(res.stdout)
         assert not out["ok"] and out["report"] == {}
