@@ -21,6 +21,13 @@ from lifecycle.cli._common import BAD_INPUT, err_console, fail
 from lifecycle.store.db import default_home
 
 
+def _host_port(text: str, option: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        fail(f"{option} must be HOST:PORT, not {text!r}", BAD_INPUT)
+    return host, int(port)
+
+
 def serve_cmd(
     db: str | None = typer.Option(None, "--db", envvar="RACKLIFE_DB",
                                   help="The shared database (several services share one PostgreSQL)."),
@@ -37,6 +44,9 @@ def serve_cmd(
     boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
                                         help="The boot server's URL as nodes see it (default: the listen address)."),
     images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+    metrics_listen: str | None = typer.Option(
+        None, "--metrics-listen", help="Serve Prometheus /metrics on HOST:PORT (default: none; racklife metrics "
+                                       "serve does it apart)."),
 ) -> None:
     """Run the controller: recover and run every workflow, take over dead peers' runs, refresh the fleet."""
     from lifecycle.service.serve import ServeSettings, Service
@@ -45,17 +55,24 @@ def serve_cmd(
     if db:
         os.environ["RACKLIFE_DB"] = db  # every workflow step opens the store by this
     boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url) if boot_listen else None
-    cfg = ServeSettings(db, refresh_interval, takeover_interval, workers, firmware, boot)
+    cfg = ServeSettings(db, refresh_interval, takeover_interval, workers, firmware, boot,
+                        _host_port(metrics_listen, "--metrics-listen") if metrics_listen else None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        Service(cfg, lambda m: err_console.print(m, markup=False, soft_wrap=True)).run(stop)
-    except BootSetupError as exc:
-        fail(str(exc), BAD_INPUT)
+        try:
+            Service(cfg, lambda m: err_console.print(m, markup=False, soft_wrap=True)).run(stop)
+        except BootSetupError as exc:
+            fail(str(exc), BAD_INPUT)
+        except OSError as exc:  # a boot or metrics address in use, or not this host's
+            fail(f"cannot listen: {exc.strerror or exc}", BAD_INPUT)
+        code = 0
+    except typer.Exit as done:
+        code = done.exit_code
     sys.stdout.flush()
     sys.stderr.flush()
     # Workflow threads cut off by the stop are the engine's pool threads, which the interpreter
     # would join at exit (for hours); their runs are left to a peer or the next start.
-    os._exit(0)
+    os._exit(code)

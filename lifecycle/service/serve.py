@@ -22,7 +22,8 @@ watching the fleet between commands. That is this service:
   observations stored with their time, the drift logged — and acts on none
   of it;
 * optionally it runs the boot server (``boot``), so that provisioning runs
-  handed to it have one that outlives the command that asked.
+  handed to it have one that outlives the command that asked, and the
+  Prometheus endpoint (``metrics``, :mod:`lifecycle.service.metrics`).
 
 SIGTERM or SIGINT stops it: the loops end, the engine stops, and runs still in
 flight are left PENDING with the executor marked silent, so a peer (or this
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import refresh
 from lifecycle.planner.observed import drift
+from lifecycle.service import metrics
 from lifecycle.store import Store, shared_store
 from lifecycle.workflows import registry
 from lifecycle.workflows.boot_run import BootSettings, boot_server
@@ -58,6 +60,7 @@ class ServeSettings:
     workers: int = 64  # runs from the service queue at once, per service process
     firmware: bool = False  # the periodic refresh reads firmware versions too (many BMC requests)
     boot: BootSettings | None = None  # run the boot server here
+    metrics: tuple[str, int] | None = None  # serve /metrics on (host, port) here
 
 
 @dataclass
@@ -85,6 +88,10 @@ class Service:
                 self.say(f"boot server on {self.cfg.boot.listen}, advertised as {boot.url}")
             ctl = stack.enter_context(Controller(SERVE_ROLE, url, self.say, hand_off=False))
             self.ctl = ctl
+            if self.cfg.metrics is not None:
+                server = metrics.serve(ctl.store, *self.cfg.metrics)
+                stack.callback(server.close)
+                self.say(f"serving metrics on http://{server.host}:{server.port}/metrics")
             ctl.register_queue(registry.SERVE_QUEUE, self.cfg.workers, per_process=True)
             self.say(f"racklife serve: executor {ctl.executor_id} on {ctl.url}, taking runs from queue "
                      f"{registry.SERVE_QUEUE}")

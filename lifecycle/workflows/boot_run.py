@@ -50,9 +50,10 @@ def _answers(url: str) -> bool:
     """Whether a racklife boot server answers at ``url`` (its chain script)."""
     import urllib.request
 
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the boot network, never a proxy
     try:
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/boot.ipxe", method="HEAD"),  # noqa: S310
-                                    timeout=5) as resp:
+        probe = urllib.request.Request(f"{url}/boot.ipxe", method="HEAD")  # noqa: S310 - http(s): _elsewhere checks
+        with opener.open(probe, timeout=5) as resp:
             return int(resp.status) == 200
     except OSError:
         return False
@@ -64,6 +65,8 @@ def _elsewhere(cfg: BootSettings) -> str:
     its boot timeouts for a boot server no one runs."""
     host, port = _split(cfg.listen)
     url = (cfg.url or f"http://{host}:{port}").rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise BootSetupError(f"the boot server's URL must be http(s)://, not {url!r}")
     if not (_answers(f"http://{host}:{port}") or _answers(url)):
         raise BootSetupError(f"no boot server answers at {cfg.listen} or {url}: with racklife serve running, "
                              "the boot server runs beside it (`racklife serve --boot-listen` or "

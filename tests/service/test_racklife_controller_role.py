@@ -17,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,16 +44,17 @@ PLAYBOOK = """
         racklife_controller_create_user: false
         racklife_controller_manage_service: false
         racklife_controller_refresh_interval_s: 0
+        racklife_controller_metrics_listen: "127.0.0.1:{metrics}"
         racklife_controller_secrets_env_src: "{secrets}"
         racklife_controller_env:
           RACKLIFE_KUBECONFIG: /etc/racklife/kubeconfig
 """
 
 
-def _playbook(tmp: Path, root: Path, db: str, secrets: str = "") -> Path:
+def _playbook(tmp: Path, root: Path, db: str, secrets: str = "", metrics: int = 9464) -> Path:
     exe = Path(sys.executable).with_name("racklife")
     p = tmp / "site.yml"
-    p.write_text(PLAYBOOK.format(root=root, db=db, exe=exe, secrets=secrets))
+    p.write_text(PLAYBOOK.format(root=root, db=db, exe=exe, secrets=secrets, metrics=metrics))
     return p
 
 
@@ -60,13 +63,15 @@ def _env_file(path: Path) -> dict[str, str]:
     return dict(ln.split("=", 1) for ln in lines)
 
 
-def test_role_installs_the_unit_idempotently_and_the_unit_starts_serve(repo_dir: Path, tmp_path: Path) -> None:
+def test_role_installs_the_unit_idempotently_and_the_unit_starts_serve(repo_dir: Path, tmp_path: Path,
+                                                                        free_port: Callable[[], int]) -> None:
     root = tmp_path / "root"
     root.mkdir()
     secrets = tmp_path / "secrets.env"
     secrets.write_text("RACKLIFE_BMC_PASSWORD=hunter2-not-logged\n")
     db = f"sqlite:///{root}/var/lib/racklife/racklife.sqlite"
-    playbook = _playbook(tmp_path, root, db, str(secrets))
+    metrics = free_port()
+    playbook = _playbook(tmp_path, root, db, str(secrets), metrics)
 
     changed, out = play_locally(repo_dir, tmp_path, [str(playbook)])
     assert changed > 0
@@ -106,6 +111,8 @@ def test_role_installs_the_unit_idempotently_and_the_unit_starts_serve(repo_dir:
                 finally:
                     store.close()
             time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as resp:
+            assert b"racklife_nodes" in resp.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
     finally:

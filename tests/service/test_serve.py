@@ -6,12 +6,15 @@ is tests/e2e/test_serve_takeover.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -105,12 +108,14 @@ def test_a_handed_run_says_when_no_service_is_left_to_run_it(tmp_path: Path,
         store.close()
 
 
-def test_serve_heartbeats_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+def test_serve_heartbeats_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path,
+                                                                      free_port: Callable[[], int]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {"RACKLIFE_HOME": str(tmp_path)}
     url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+    port = free_port()
     with (tmp_path / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([EXE, "serve", "--refresh-interval", "0"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([EXE, "serve", "--refresh-interval", "0", "--metrics-listen", f"127.0.0.1:{port}"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -133,6 +138,8 @@ def test_serve_heartbeats_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             assert leases.executors(store)[0].heartbeat_at > first
         finally:
             store.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            assert b"racklife_nodes" in resp.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
         store = Store(url)
@@ -196,3 +203,22 @@ def test_serve_refreshes_the_fleet_on_its_interval_and_records_the_drift(tmp_pat
         assert "kube" in seen.errors and "bmc" in seen.errors  # stored with what could not be read
     finally:
         store.close()
+
+
+def test_provisioning_is_not_handed_off_without_a_boot_server_that_outlives_the_command(
+        tmp_path: Path, free_port: Callable[[], int]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {"RACKLIFE_HOME": str(tmp_path)}
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    assert subprocess.run([EXE, "inventory", "import", str(tmp_path / "inv.yaml")], env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    store = Store(f"sqlite:///{tmp_path / 'racklife.sqlite'}")
+    try:
+        leases.register_executor(store, _row("serve", "otherhost", datetime.now(UTC)))
+    finally:
+        store.close()
+    res = subprocess.run([EXE, "provision", "r01-n01", "--boot-listen", f"127.0.0.1:{free_port()}",
+                          "--images", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "no boot server answers at 127.0.0.1:" in res.stderr and "racklife boot serve" in res.stderr, res.stderr
+    runs = subprocess.run([EXE, "workflows", "list", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert runs.returncode == 0 and json.loads(runs.stdout) == [], runs.stdout  # nothing was handed off
