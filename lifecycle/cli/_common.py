@@ -18,6 +18,7 @@ of failure it was (``EXIT_CODES``, docs/output.md).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -104,6 +105,12 @@ def interrupted(*lines: str) -> NoReturn:
     """Ctrl-C: say what was left (a run that can be resumed, say) and exit 130, without a traceback."""
     _interrupt.append("said")
     error_exit("interrupted", INTERRUPTED, lines=lines)
+
+
+def say_interrupted(*lines: str) -> None:
+    """What :func:`interrupted` prints, without leaving (for a caller that must end the process itself)."""
+    with contextlib.suppress(typer.Exit):
+        interrupted(*lines)
 
 
 def interrupt_reported() -> bool:

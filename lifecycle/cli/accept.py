@@ -80,8 +80,8 @@ def accept_cmd(
                 fail(f"unknown node(s): {', '.join(unknown) or '(none given)'}", BAD_INPUT)
     finally:
         store.close()
+    from lifecycle.cli._runs import controller, progress
     from lifecycle.workflows import accept
-    from lifecycle.workflows.controller import Controller
 
     wid = f"accept-{os.urandom(6).hex()}"
     work = default_home() / "acceptance" / wid
@@ -90,7 +90,7 @@ def accept_cmd(
         operator=who, ssh_config=str(ssh_config.resolve()), profile=profile, waivers=waivers,
         burnin_python=burnin_python, max_in_flight=max_in_flight, timeout_s=timeout, multi_node=multi_node,
         nccl_binary=nccl_tests, multi_node_timeout_s=multi_node_timeout, multi_node_max_parallel=max_parallel)
-    with Controller("accept", say=lambda m: err_console.print(m, markup=False)) as ctl:
+    with controller("accept") as ctl:
         same = [r for r in ctl.cut_off("accept_nodes") if r.args and set(r.args[0]) == set(names)]
         if same:
             # The same request, cut off earlier: finish that run rather than start a second one.
@@ -105,7 +105,8 @@ def accept_cmd(
                               f"reports in {cfg.report_dir}", markup=False)
         for w in cfg.waivers:
             err_console.print(f"WAIVED {w.check} by {w.by}: {w.reason}", markup=False)
-        verdicts: list[dict[str, Any]] = handle.get_result()
+        with progress(names, f"acceptance run {wid}"):
+            verdicts: list[dict[str, Any]] = handle.get_result()
     if as_json:
         emit_json({"run_id": wid, "report_dir": cfg.report_dir, "waivers": [asdict(w) for w in cfg.waivers],
                    "nodes": verdicts})

@@ -60,6 +60,7 @@ def apply_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Converge the fleet on its inventory as far as workflows exist and blockers allow."""
+    from lifecycle.cli._runs import controller
     from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
     from lifecycle.planner import observe
     from lifecycle.planner.apply import ApplySettings, Unavailable, apply
@@ -67,7 +68,6 @@ def apply_cmd(
     from lifecycle.planner.runner import WorkflowRunner
     from lifecycle.workflows.accept import AcceptSettings
     from lifecycle.workflows.boot_run import BootSettings
-    from lifecycle.workflows.controller import Controller
     from lifecycle.workflows.decommission_checks import SLURM_CONF_CMD_ENV
     from lifecycle.workflows.kube_pool import KubeSettings
 
@@ -104,7 +104,7 @@ def apply_cmd(
                                   ssh_config=str(ssh_config.resolve()), profile=profile,
                                   burnin_python=burnin_python, max_in_flight=max_in_flight)
 
-        with Controller("apply", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        with controller("apply") as ctl:
             boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout, image)
             runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight, kube=kube,
                                     move_to={n.name: n.pool for n in inv.nodes} if inv is not None else {},

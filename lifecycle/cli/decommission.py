@@ -92,10 +92,10 @@ def decommission_cmd(
 
 
 def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
+    from lifecycle.cli._runs import controller
     from lifecycle.workflows import decommission
-    from lifecycle.workflows.controller import Controller
 
-    with Controller("decommission", say=lambda m: err_console.print(m, markup=False)) as ctl:
+    with controller("decommission") as ctl:
         cut_off = {r.args[0]: r for r in ctl.cut_off("decommission_node") if r.args}
         handles = []
         for n in names:

@@ -173,10 +173,10 @@ def join_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Take accepted nodes into service in their Kubernetes pool: labels, taints, Ready with every GPU."""
+    from lifecycle.cli._runs import controller
     from lifecycle.cli.slurm import print_outcomes
     from lifecycle.store import NodeNotFound, Store
     from lifecycle.workflows import kube_pool
-    from lifecycle.workflows.controller import Controller
 
     settings = kube_settings(kubeconfig, ready_timeout, as_json)
     store = Store()
@@ -187,7 +187,7 @@ def join_cmd(
         fail(str(exc))
     finally:
         store.close()
-    with Controller("kube", say=lambda m: err_console.print(m, markup=False)) as ctl:
+    with controller("kube") as ctl:
         handles = [ctl.start(kube_pool.join_kube_node, n, settings, nodes=[n]) for n in dict.fromkeys(nodes)]
         outcomes = [h.get_result() for h in handles]
     print_outcomes(outcomes, as_json)

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
@@ -43,8 +43,9 @@ def _split(listen: str) -> tuple[str, int]:
 def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_listen: str,
                   boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
     """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
+    from lifecycle.cli._runs import controller, progress, say
     from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
-    from lifecycle.workflows.controller import Controller, live_services
+    from lifecycle.workflows.controller import live_services
 
     cfg = BootSettings(images_dir, boot_listen, boot_url, boot_timeout, image)
     store = Store()
@@ -52,9 +53,8 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
         # With a live racklife serve the run is handed to it, and so is the boot server.
         here = not live_services(store)
         with boot_server(store, cfg, here=here) as boot, \
-                Controller("provision", say=lambda m: err_console.print(m, markup=False)) as ctl:
-            _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight,
-                                                lambda m: err_console.print(m, markup=False))
+                controller("provision") as ctl, progress(names, f"provisioning {len(names)} node(s)"):
+            _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight, say)
             return outcomes
     except BootSetupError as exc:
         fail(str(exc), BAD_INPUT)

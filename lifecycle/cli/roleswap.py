@@ -113,10 +113,10 @@ def role_swap_cmd(
 
 
 def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
+    from lifecycle.cli._runs import controller
     from lifecycle.workflows import roleswap
-    from lifecycle.workflows.controller import Controller
 
-    with Controller("role-swap", say=lambda m: err_console.print(m, markup=False)) as ctl:
+    with controller("role-swap") as ctl:
         cut_off = {r.args[0]: r for r in ctl.cut_off("role_swap") if r.args}
         handles = []
         for n in names:

@@ -19,7 +19,6 @@ from lifecycle.cli._common import (
     JsonOpt,
     emit_json,
     emit_table,
-    err_console,
     error_exit,
     fail,
     out_console,
@@ -144,14 +143,15 @@ def _known(nodes: list[str]) -> None:
 
 
 def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
+    from lifecycle.cli._runs import controller, progress
     from lifecycle.workflows import slurm_pool
-    from lifecycle.workflows.controller import Controller
 
     _known(nodes)
-    with Controller("slurm", say=lambda m: err_console.print(m, markup=False)) as ctl:
+    with controller("slurm") as ctl:
         func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
         handles = [ctl.start(func, n, *args, nodes=[n]) for n in dict.fromkeys(nodes)]
-        return [h.get_result() for h in handles]
+        with progress(list(dict.fromkeys(nodes)), f"slurm {name}"):
+            return [h.get_result() for h in handles]
 
 
 def print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
 
 if TYPE_CHECKING:
     from lifecycle.workflows import engine
@@ -100,10 +100,10 @@ def resume(run_id: str = typer.Argument(..., help="The run id (from `workflows l
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
     finally:
         insp.close()
-    from lifecycle.workflows.controller import Controller
+    from lifecycle.cli._runs import controller
 
     try:
-        with Controller("resume", say=lambda m: err_console.print(m, markup=False)) as ctl:
+        with controller("resume", command="racklife workflows resume RUN") as ctl:
             handle = ctl.resume(run_id)
             result = handle.get_result() if wait else None
     except Exception as exc:  # the run's own error (DBOS re-raises it): the run ran and failed

@@ -347,6 +347,10 @@ class Controller:
     def _holds_any(self, run_id: str, nodes: set[str]) -> bool:
         return bool(nodes & set(leases.leased_to(self.store, run_id)))
 
+    def runs(self) -> list[str]:
+        """The runs this process started or recovered (what an interrupted command leaves pending)."""
+        return list(self._handles)
+
     def handle(self, run_id: str) -> Any:
         """The handle of a run this process started or recovered."""
         return self._handles[run_id]

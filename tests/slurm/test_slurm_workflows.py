@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -204,3 +205,32 @@ def test_unknown_node_is_bad_input(env: dict[str, str]) -> None:
     res = racklife(env, "slurm", "join", "gpu-999")
     assert res.returncode == 2 and "no node named 'gpu-999'" in res.stderr
     assert os.environ.get("RACKLIFE_DB") != env["RACKLIFE_DB"]
+
+
+def test_ctrl_c_stops_waiting_not_the_run_and_says_so(env: dict[str, str]) -> None:
+    """SIGINT while leave waits for a job: exit 130, no traceback, the pending run named with how to cancel it."""
+    accept(env, "gpu-010")
+    assert racklife(env, "slurm", "join", "gpu-010").returncode == 0
+    job = start_job(env, "gpu-010")
+    exe = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
+    waiting = subprocess.Popen([exe, "slurm", "leave", "gpu-010", "--policy", "wait", "--deadline", "600", "--yes"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not slurm(env).node("gpu-010").state.drain:  # the run has started: it drained the node
+            assert time.monotonic() < deadline and waiting.poll() is None, waiting.communicate()
+            time.sleep(0.2)
+        time.sleep(1.5)  # a progress line: the wait is visible
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 130, (out, err)
+    assert "Traceback" not in out + err, err
+    assert "slurm leave" in err and "waited" not in out  # progress on stderr, nothing of it on stdout
+    [line] = [x for x in err.splitlines() if "was left pending" in x]
+    run_id = line.split("run ", 1)[1].split(" ", 1)[0]
+    assert f"racklife workflows cancel {run_id}" in line and "the next `racklife slurm`" in line
+    assert slurm(env).job(job).state == "RUNNING"  # the interrupt touched no job
+    assert racklife(env, "workflows", "cancel", run_id).returncode == 0
