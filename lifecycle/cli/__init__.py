@@ -49,6 +49,8 @@ def _root(
     ),
 ) -> None:
     if db:
+        if db != os.environ.get("RACKLIFE_DB"):
+            _common.settings_source["db"] = "--db"
         os.environ["RACKLIFE_DB"] = db
     try:
         RetryPolicy.from_env()  # a malformed RACKLIFE_RETRY_* is refused before anything runs

@@ -63,6 +63,9 @@ class _RedactingConsole(Console):
 err_console = _RedactingConsole(stderr=True, highlight=False)
 out_console = _RedactingConsole(highlight=False)
 
+# Where a root option came from, for `racklife config view` ({"db": "--db"} when given on the command line).
+settings_source: dict[str, str] = {}
+
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON (the same as -o json).")
 
 

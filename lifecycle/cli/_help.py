@@ -21,6 +21,7 @@ INV = "examples/site-h100-2rack.yaml"
 # Command path (as typed after `racklife`) → one real invocation.
 EXAMPLES: dict[str, str] = {
     "": "racklife --db sqlite:////var/lib/racklife/racklife.sqlite nodes list",
+    "config view": "racklife --db postgresql://racklife@db1/racklife config view -o yaml",
     "inventory validate": f"racklife inventory validate {INV}",
     "inventory import": f"racklife inventory import {INV} --json",
     "nodes list": "racklife nodes list --pool training --state accepted",

@@ -40,6 +40,7 @@ class Entry:
 
 COMMANDS: dict[str, Entry] = {
     "inventory": Entry("inventory", "app", "Validate and import inventory files."),
+    "config": Entry("config", "app", "The settings racklife runs with, and where each comes from."),
     "nodes": Entry("nodes", "nodes_app", "List nodes."),
     "node": Entry("nodes", "node_app", "Show one node."),
     "workflows": Entry("workflows", "app", "Inspect and control workflow runs."),

@@ -14,13 +14,16 @@ import typer
 from acceptance.coverage import WAIVABLE
 from acceptance.judge import Waiver
 from lifecycle.cli._common import BAD_INPUT, FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
 
 def accept_cmd(
-    rack: str | None = typer.Argument(None, help="Accept every node of this rack."),
-    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names instead of a rack."),
+    targets: list[str] = typer.Argument(None, help="Racks (every node of each), node names or hostlists "
+                                                   "(node-[01-04])."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names or hostlists."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     level: str = typer.Option("quick", "--level", help="quick | standard | full"),
     report_dir: Path | None = typer.Option(None, "--report-dir", help="Where the JSON, JUnit and HTML reports go."),
     profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE",
@@ -62,22 +65,14 @@ def accept_cmd(
     who = operator or getpass.getuser()
     at = datetime.now(UTC).isoformat(timespec="seconds")
     waivers = tuple(Waiver(w, who, (reason or "").strip()[:500], at) for w in dict.fromkeys(waive))
-    if (rack is None) == (nodes is None):
-        fail("give a RACK or --nodes (exactly one)", BAD_INPUT)
     if not ssh_config.is_file():
         fail(f"ssh config {ssh_config} not found (set --ssh-config or RACKLIFE_SSH_CONFIG)", BAD_INPUT)
     store = Store()
     try:
-        if rack is not None:
-            names = [r.name for r in store.nodes(rack=rack)]
-            if not names:
-                fail(f"no nodes in rack '{rack}'", BAD_INPUT)
-        else:
-            names = [n for n in (nodes or "").split(",") if n]
-            known = {r.name for r in store.nodes()}
-            unknown = [n for n in names if n not in known]
-            if unknown or not names:
-                fail(f"unknown node(s): {', '.join(unknown) or '(none given)'}", BAD_INPUT)
+        given = [*(targets or []), *([nodes] if nodes and nodes.strip(",") else [])]  # a hostlist has its commas
+        if nodes is not None and not given:
+            fail("unknown node(s): (none given)", BAD_INPUT)
+        names = select(store, given, racks=rack, pools=pool, all_=all_, selector=selector, racks_as_targets=True)
     finally:
         store.close()
     from lifecycle.cli._runs import controller, progress

@@ -27,6 +27,7 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.planner.plan import Plan
 from lifecycle.store import Store, StoreError
@@ -78,7 +79,7 @@ def apply_cmd(
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
     inv = load_or_exit(inventory, as_json) if inventory is not None else None
-    names = [n for n in nodes.split(",") if n] if nodes is not None else None
+    names = expand_names([nodes]) if nodes is not None and nodes.strip(",") else [] if nodes is not None else None
     who = operator or getpass.getuser()
     sources = observe.default_sources(firmware=False)
     kubeconfig = os.environ.get("RACKLIFE_KUBECONFIG") or os.environ.get("KUBECONFIG")

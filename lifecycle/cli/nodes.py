@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, fail, out_console
+from lifecycle.cli._select import check_filters
 from lifecycle.model.states import State
 from lifecycle.store import NodeNotFound, NodeRecord, Store
 
@@ -34,7 +35,12 @@ def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in 
             fail(f"unknown state '{state}' (states: {', '.join(s.value for s in State)})", BAD_INPUT)
     store = Store()
     try:
+        check_filters(store.nodes(), [rack] if rack else [], [pool] if pool else [])  # an unknown one: exit 2
         recs = store.nodes(state=st, pool=pool, rack=rack)
+        if not recs and not store.nodes():
+            # An empty answer from an empty store: say which store, so a forgotten `lab env` shows.
+            err_console.print(f"no nodes in the store {store.url} (racklife config view shows where it comes "
+                              "from)", markup=False, soft_wrap=True)
     finally:
         store.close()
     if as_json:

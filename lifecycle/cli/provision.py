@@ -10,27 +10,11 @@ from typing import Any
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
 boot_app = typer.Typer(help="The HTTP boot server.", no_args_is_help=True)
-
-
-def _targets(store: Store, nodes: list[str], rack: str | None, all_: bool) -> list[str]:
-    if sum(bool(x) for x in (nodes, rack, all_)) != 1:
-        fail("give node names, --rack R or --all (exactly one)", BAD_INPUT)
-    if all_:
-        return [r.name for r in store.nodes()]
-    if rack:
-        names = [r.name for r in store.nodes(rack=rack)]
-        if not names:
-            fail(f"no nodes in rack '{rack}'", BAD_INPUT)
-        return names
-    known = {r.name for r in store.nodes()}
-    unknown = [n for n in nodes if n not in known]
-    if unknown:
-        fail(f"unknown node(s): {', '.join(unknown)} (import the inventory first)", BAD_INPUT)
-    return list(dict.fromkeys(nodes))
 
 
 def _split(listen: str) -> tuple[str, int]:
@@ -63,9 +47,8 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
 
 
 def provision_cmd(
-    nodes: list[str] = typer.Argument(None, help="Node names."),
-    rack: str | None = typer.Option(None, "--rack", help="Every node of this rack."),
-    all_: bool = typer.Option(False, "--all", help="Every node in the store."),
+    nodes: list[str] = typer.Argument(None, help="Node names or hostlists (node-[01-04])."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     image: str | None = typer.Option(None, "--image", help="Image to boot (default: minimal, or the only one built)."),
     max_in_flight: int = typer.Option(10, "--max-in-flight", min=1, max=1000,
                                        help="Most nodes provisioned at once."),
@@ -81,7 +64,7 @@ def provision_cmd(
     """Inspect, network-boot and verify nodes: enrolled → available → provisioned."""
     store = Store()
     try:
-        names = _targets(store, nodes or [], rack, all_)
+        names = select(store, nodes or [], racks=rack, pools=pool, all_=all_, selector=selector)
     finally:
         store.close()
     outcomes = run_provision(names, image, max_in_flight, boot_listen, boot_url, boot_timeout,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.store import Store, StoreError
 
@@ -32,7 +33,7 @@ def against_store(run: Callable[[Store, Inventory | None, Sequence[str] | None, 
     from lifecycle.planner.fleet import UnknownNodes
 
     inv = load_or_exit(inventory, as_json) if inventory is not None else None
-    names = [n for n in nodes.split(",") if n] if nodes is not None else None
+    names = expand_names([nodes]) if nodes is not None and nodes.strip(",") else [] if nodes is not None else None
     store = Store()
     try:
         return run(store, inv, names, observe.default_sources(firmware=firmware))

@@ -23,6 +23,7 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.slurm.driver import SlurmDriver
@@ -170,14 +171,15 @@ def print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
 
 
 @app.command()
-def join(nodes: list[str] = typer.Argument(..., help="Node names."), as_json: bool = JsonOpt) -> None:
+def join(nodes: list[str] = typer.Argument(..., help="Node names or hostlists (node-[01-04])."),
+         as_json: bool = JsonOpt) -> None:
     """Put accepted nodes in their pool's partition and resume them (only drains racklife set)."""
-    print_outcomes(_run_pool_workflow("join", nodes), as_json)
+    print_outcomes(_run_pool_workflow("join", expand_names(nodes)), as_json)
 
 
 @app.command()
 def leave(
-    nodes: list[str] = typer.Argument(..., help="Node names."),
+    nodes: list[str] = typer.Argument(..., help="Node names or hostlists (node-[01-04])."),
     policy: str | None = typer.Option(None, "--policy", help="wait|requeue|cancel (default: the pool's)."),
     deadline: float | None = typer.Option(None, "--deadline", min=0, help="Seconds to wait for running jobs."),
     reason: str = typer.Option("leaving the pool", "--reason", help="Human reason, after racklife's prefix."),
@@ -191,6 +193,7 @@ def leave(
     """
     if policy is not None and policy not in ("wait", "requeue", "cancel"):
         fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
+    nodes = expand_names(nodes)
     _known(nodes)
     try:
         jobs = [j for j in SlurmDriver(CommandRunner(), None).jobs() if j.active and set(j.nodes) & set(nodes)]
