@@ -208,11 +208,15 @@ def register_executor(store: Store, ex: Executor) -> None:
             started_at=ex.started_at, heartbeat_at=ex.heartbeat_at))
 
 
-def heartbeat(store: Store, executor_id: str, at: datetime | None = None) -> None:
-    """Record that the executor is alive now (or, with ``at``, when it was last heard of)."""
+def heartbeat(store: Store, executor_id: str, at: datetime | None = None) -> bool:
+    """Record that the executor is alive now (or, with ``at``, when it was last heard of).
+
+    False when it has no row: another process found it dead and retired it.
+    """
     with store.engine.begin() as conn:
-        conn.execute(sa.update(db.executors).where(db.executors.c.id == executor_id)
-                     .values(heartbeat_at=at or _now()))
+        res = conn.execute(sa.update(db.executors).where(db.executors.c.id == executor_id)
+                           .values(heartbeat_at=at or _now()))
+    return res.rowcount > 0
 
 
 def retire_executor(store: Store, executor_id: str) -> None:

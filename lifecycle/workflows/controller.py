@@ -161,12 +161,16 @@ class Controller:
                                  queues=None if serving else registry.EMBEDDED_QUEUES)
         try:
             self.store = shared_store(self.url)
-            now = datetime.now(UTC)
-            leases.register_executor(self.store, leases.Executor(
-                self.executor_id, self.host, self.role, os.getpid(), pid_start(os.getpid()), now, now))
+            self._register()
             self._beat = threading.Thread(target=self._heartbeat, name="racklife-heartbeat", daemon=True)
             self._beat.start()
-            self._recover()
+            if serving:
+                try:
+                    self._recover()
+                except Exception as e:  # a peer recovering the same runs at once: the takeover loop goes on
+                    self.say(f"recovery at start incomplete ({e}); the takeover loop tries again")
+            else:
+                self._recover()
         except BaseException:
             self._close(retire=False)
             raise
@@ -207,10 +211,19 @@ class Controller:
         return bool(DBOS.list_workflows(status=["PENDING"], executor_id=self.executor_id, load_input=False,
                                         load_output=False))
 
+    def _register(self) -> None:
+        now = datetime.now(UTC)
+        leases.register_executor(self.store, leases.Executor(
+            self.executor_id, self.host, self.role, os.getpid(), pid_start(os.getpid()), now, now))
+
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                leases.heartbeat(self.store, self.executor_id)
+                if not leases.heartbeat(self.store, self.executor_id):
+                    # A peer found this process silent (paused, or cut off from the database) and took
+                    # its runs over: it is alive again, and says so, or its later runs would be nobody's.
+                    self.say(f"executor {self.executor_id} was taken for dead; registering it again")
+                    self._register()
             except Exception as e:  # a missed beat only makes this process look dead sooner
                 self.say(f"heartbeat not recorded: {e}")
 
