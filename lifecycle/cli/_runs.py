@@ -55,9 +55,13 @@ def controller(role: str, *, command: str | None = None) -> Iterator[Controller]
     except KeyboardInterrupt:
         again = command or f"racklife {role}"
         runs = ctl.runs()
-        say_interrupted(*([f"run {r} was left pending: the next `{again}` recovers and finishes it; "
-                           f"`racklife workflows cancel {r}` stops it" for r in runs]
-                          or ["no workflow run had started"]))
+        if ctl.service is not None:  # handed to racklife serve: the runs go on there
+            lines = [f"run {r} goes on in racklife serve ({ctl.service.id}): `racklife workflows show {r}` "
+                     f"follows it; `racklife workflows cancel {r}` stops it" for r in runs]
+        else:
+            lines = [f"run {r} was left pending: the next `{again}` recovers and finishes it; "
+                     f"`racklife workflows cancel {r}` stops it" for r in runs]
+        say_interrupted(*(lines or ["no workflow run had started"]))
         # The engine's threads would go on running the runs here (a leave waiting 600 s for a job) and
         # keep the process alive. Every step is journaled, so ending now is what a kill is, which the
         # next command recovers from: end now.
