@@ -230,10 +230,12 @@ class Fleet:
             inv = compose(self.base(), store, wants)
             sources = self._sources(wants)
             first = self._views(store, plan_fleet(store, inv, names, sources), names, wants)
-            refused = {n: v for n, v in first.items() if v.cannot}
             out = {n: Outcome(v, tuple(f"racklife cannot carry out this yet, so nothing was done to {n}: {step}"
-                                       for step in v.cannot)) for n, v in refused.items()}
-            go = [n for n in names if n not in refused]
+                                       for step in v.cannot)) for n, v in first.items() if v.cannot}
+            # Blocked, and by nothing a recovered run could clear: apply would act on nothing; say why at once.
+            out.update({n: Outcome(v, tuple(f"blocked ({b})" for b in v.blockers)) for n, v in first.items()
+                        if n not in out and v.blockers and not any(b.startswith("held:") for b in v.blockers)})
+            go = [n for n in names if n not in out]
             if not go:
                 return out
             report = self._carry_out(store, inv, go, sources)

@@ -79,6 +79,17 @@ def cli_config(installed: Installed) -> str:
         "}\n")
 
 
+def dev_overrides_config(installed: Installed) -> str:
+    """The other way: Terraform runs the executable in place and needs no ``terraform init`` (it warns so)."""
+    return (
+        "provider_installation {\n"
+        "  dev_overrides {\n"
+        f"    {_hcl(installed.address)} = {_hcl(str(installed.executable.parent))}\n"
+        "  }\n"
+        "  direct {}\n"
+        "}\n")
+
+
 def _hcl(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${").replace("%{", "%%{")
     return f'"{escaped}"'

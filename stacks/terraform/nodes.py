@@ -163,9 +163,11 @@ class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type informat
             ctx.diagnostics.add_error(f"racklife could not {verb} {planned['name']}", str(exc))
             return current
         _report(ctx.diagnostics, verb, out)
-        if not out.ok and current is None:
+        if out.ok:
+            return _state(planned, out.view)
+        if current is None:
             return None  # not created: the next apply plans the create again and resumes the node
-        return _state(planned, out.view)
+        return _state(current, out.view)  # refused or failed: what it was asked before, and what it is now
 
     def delete(self, ctx: DeleteContext, current: dict[str, Any]) -> dict[str, Any] | None:
         fleet = configured(self.provider, ctx.diagnostics)

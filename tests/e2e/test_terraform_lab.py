@@ -6,7 +6,9 @@ nodes (Slurm for node-01..03, Kubernetes for node-04) and a second plan says
 "no changes". Moving node-03 to the inference pool is an in-place update that
 the apply carries out as a role swap. node-01 powered off by hand through its
 BMC emulator shows in the next plan as an update whose `steps` hold the
-power-on, which the apply performs. Destroying node-02 is refused while a
+power-on, which the apply performs. Raising the training pool's min_nodes
+makes a move out of it a refused update; an image change is refused before
+anything runs while racklife has no reimage workflow. Destroying node-02 is refused while a
 Slurm job runs on it, and with it idle it is decommissioned, or, while
 racklife has no decommission workflow, refused saying so; either way nothing
 is left half done and a refused node stays in the Terraform state.
@@ -57,12 +59,19 @@ def nodes(lab: RunningLab) -> dict[str, dict[str, Any]]:
 
 
 def ok(done: subprocess.CompletedProcess[str], code: int = 0) -> str:
+    """The output with its runs of blanks made one (Terraform aligns attributes by the longest name)."""
     assert done.returncode == code, f"exit {done.returncode}, wanted {code}\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
+    return " ".join((done.stdout + done.stderr).split())
 
 
-def set_vars(w: Workdir, images: Path, pools: dict[str, str]) -> None:
-    w.write("terraform.tfvars.json", json.dumps({"images": str(images), "node_pools": pools}))
+def set_vars(w: Workdir, images: Path, pools: dict[str, str], min_nodes: int = 1, image: str = "minimal") -> None:
+    w.write("terraform.tfvars.json", json.dumps({"images": str(images), "node_pools": pools,
+                                                 "training_min_nodes": min_nodes, "image": image}))
+
+
+def sinfo(lab: RunningLab, name: str) -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-n", name, "-o", "%T"], env=lab.env, capture_output=True,
+                          text=True, timeout=15, check=True).stdout.strip()
 
 
 def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minimal_image: Path,
@@ -86,7 +95,7 @@ def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minima
     moved = POOLS | {"node-03": "inference"}
     set_vars(w, minimal_image, moved)
     plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
-    assert 'pool         = "training" -> "inference"' in plan and "1 to change" in plan, plan
+    assert 'pool = "training" -> "inference"' in plan and "1 to change" in plan, plan
     ok(w.tf("apply", "-auto-approve", "-no-color"))
     assert (nodes(lab)["node-03"]["state"], nodes(lab)["node-03"]["pool"]) == ("in_service", "inference")
     swaps = [h for h in json.loads(lab.racklife("node", "history", "node-03", "--json").stdout)
@@ -101,11 +110,35 @@ def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minima
         wait_for(lambda: bmc.power_state() == PowerState.OFF, 60, "node-01 to power off")
         plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
         assert 'racklife_node.node["node-01"] will be updated in-place' in plan, plan
-        assert 'power        = "off" -> (known after apply)' in plan and '- "power-on' in plan, plan
+        assert 'power = "off" -> (known after apply)' in plan and '- "power-on' in plan, plan
         ok(w.tf("apply", "-auto-approve", "-no-color"))
         assert bmc.power_state() == PowerState.ON
     finally:
         bmc.close()
+    ok(w.tf("plan", "-detailed-exitcode", "-no-color"))
+
+    # A pool's floor is an attribute of racklife_pool: at min_nodes 2, moving node-02 out of training (which
+    # would leave node-01 alone) is refused, and node-02 keeps serving Slurm.
+    set_vars(w, minimal_image, moved | {"node-02": "inference"}, min_nodes=2)
+    plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
+    assert "min_nodes = 1 -> 2" in plan and 'pool = "training" -> "inference"' in plan, plan
+    text = ok(w.tf("apply", "-auto-approve", "-no-color"), 1)
+    assert "racklife could not update node-02" in text and "pool-floor" in text, text
+    assert (nodes(lab)["node-02"]["state"], nodes(lab)["node-02"]["pool"]) == ("in_service", "training")
+    assert sinfo(lab, "node-02") == "idle"  # not drained
+
+    # An image change is a reimage; while racklife has no reimage workflow it is refused before anything
+    # runs (a leave with no reimage after it would leave the nodes out of service).
+    set_vars(w, minimal_image, moved, image="debian12-gpu")
+    plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
+    assert 'image = "minimal" -> "debian12-gpu"' in plan, plan
+    if Action.REIMAGE in NOT_YET:
+        text = ok(w.tf("apply", "-auto-approve", "-no-color"), 1)
+        assert "racklife cannot carry out this yet, so nothing was done to node-01: reimage" in text, text
+        assert all(n["state"] == "in_service" for n in nodes(lab).values())
+        assert sinfo(lab, "node-01") == "idle"
+    set_vars(w, minimal_image, moved)
+    ok(w.tf("apply", "-auto-approve", "-no-color"))  # the floor back to 1; nothing else to do
     ok(w.tf("plan", "-detailed-exitcode", "-no-color"))
 
     # Destroy: refused while a Slurm job runs on the node; nothing is done and the state keeps it.
@@ -116,7 +149,7 @@ def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minima
     wait_for(lambda: subprocess.run(squeue, env=lab.env, capture_output=True, text=True, timeout=15
                                     ).stdout.strip() == "RUNNING", 30, "the job to run")
     refused = ok(w.tf("destroy", "-auto-approve", "-no-color", "-target", NODE_02), 1)
-    assert f"Slurm job(s) {job} running on node-02" in " ".join(refused.split()), refused
+    assert f"Slurm job(s) {job} running on node-02" in refused, refused
     assert NODE_02 in w.tf("state", "list").stdout
     assert nodes(lab)["node-02"]["state"] == "in_service"
     subprocess.run(["scancel", job], env=lab.env, check=True, timeout=15)
@@ -126,7 +159,7 @@ def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minima
     # Idle: decommissioned, or refused with the reason while racklife has no decommission workflow.
     done = w.tf("destroy", "-auto-approve", "-no-color", "-target", NODE_02)
     if Action.DECOMMISSION in NOT_YET:
-        text = " ".join(ok(done, 1).split())
+        text = ok(done, 1)
         assert "racklife cannot decommission node-02 yet, so nothing was done" in text, text
         assert NODE_02 in w.tf("state", "list").stdout
         assert nodes(lab)["node-02"]["state"] == "in_service"

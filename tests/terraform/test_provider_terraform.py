@@ -66,3 +66,15 @@ def test_install_provider_into_a_path_that_is_a_file_exits_2(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot install the provider into" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_dev_overrides_run_the_provider_in_place_without_init(tmp_path: Path) -> None:
+    w = Workdir(tmp_path)
+    done = subprocess.run([RACKLIFE, "terraform", "install-provider", "--dir", str(tmp_path / "mirror"),
+                           "--dev-overrides", "--config", str(tmp_path / "terraform.rc")],
+                          env=w.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "dev_overrides" in done.stdout, done.stdout + done.stderr
+    w.write("main.tf", MODULE % '"/nonexistent.yaml"')
+    plan = w.tf("plan", "-no-color")  # no init
+    assert "Provider development overrides are in effect" in plan.stderr + plan.stdout
+    assert plan.returncode == 1 and "racklife provider: inventory:" in plan.stderr, plan.stdout + plan.stderr
