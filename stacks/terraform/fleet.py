@@ -266,7 +266,8 @@ class Fleet:
                 ctl, self._accept_settings, store,
                 BootSettings(s.images_dir, s.boot_listen, s.boot_url, s.boot_timeout_s, None),
                 s.max_in_flight, kube=kube, move_to={n.name: n.pool for n in inv.nodes},
-                role_cmd=tuple(shlex.split(s.role_cmd)), say=_say)
+                role_cmd=tuple(shlex.split(s.role_cmd)), slurm_conf_cmd=tuple(shlex.split(s.slurm_conf_cmd)),
+                operator=s.operator, say=_say)
             return apply(store, inv, names, sources, runner,
                          ApplySettings(s.operator, s.max_in_flight, s.max_unavailable), say=_say)
 

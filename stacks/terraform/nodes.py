@@ -4,8 +4,8 @@ A create or update converges the node on the resource through the planner's
 apply (enrol, provision, accept, join; a changed pool is a role swap by
 ``move-pool``; a changed image a reimage once racklife has that workflow); a
 read is the planner's refresh and plan of the node; a delete is its
-decommission, refused while jobs run and, until racklife has a decommission
-workflow, refused with that reason. Observed values are computed attributes;
+decommission (the apply of the inventory without it), refused while jobs
+run. Observed values are computed attributes;
 a node the planner would change (powered off by hand, drained out of its
 partition) has a non-empty ``steps``, and the ``plan`` hook turns that into
 an update, because Terraform never plans a change for drift in computed

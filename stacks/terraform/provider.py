@@ -36,6 +36,7 @@ _DESCRIPTIONS: dict[str, str] = {
     "burnin_python": "Python on the nodes that has racklife's burnin package.",
     "kubeconfig": "Kubeconfig of the inference cluster (env RACKLIFE_KUBECONFIG or KUBECONFIG).",
     "role_cmd": "The site's role-switch hook run in role swaps (env RACKLIFE_NODE_ROLE_CMD).",
+    "slurm_conf_cmd": "The site's slurm.conf hook run in decommissions (env RACKLIFE_SLURM_CONF_CMD).",
     "max_in_flight": "Most nodes worked on at once.",
     "max_unavailable": "Per pool, nodes out of service at once: N or P%.",
     "operator": "Who applies, as recorded in every node's history (default: terraform:LOGIN).",

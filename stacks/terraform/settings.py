@@ -39,6 +39,7 @@ class ProviderSettings:
     burnin_python: str
     kubeconfig: str | None
     role_cmd: str  # the site's role-switch hook (RACKLIFE_NODE_ROLE_CMD)
+    slurm_conf_cmd: str  # the site's slurm.conf hook, for decommissions (RACKLIFE_SLURM_CONF_CMD)
     max_in_flight: int
     max_unavailable: Unavailable
     operator: str
@@ -59,6 +60,7 @@ ENV: dict[str, tuple[str, str | None]] = {
     "burnin_python": ("RACKLIFE_BURNIN_PYTHON", "python3"),
     "kubeconfig": ("RACKLIFE_KUBECONFIG", None),
     "role_cmd": ("RACKLIFE_NODE_ROLE_CMD", ""),
+    "slurm_conf_cmd": ("RACKLIFE_SLURM_CONF_CMD", ""),
     "max_in_flight": ("RACKLIFE_MAX_IN_FLIGHT", "8"),
     "max_unavailable": ("RACKLIFE_MAX_UNAVAILABLE", "1"),
     "operator": ("RACKLIFE_OPERATOR", None),
@@ -120,6 +122,7 @@ def from_config(config: Mapping[str, Any], env: Mapping[str, str] | None = None
         burnin_profile=_value(config, env, "burnin_profile"),
         burnin_python=_value(config, env, "burnin_python") or "python3",
         kubeconfig=_value(config, env, "kubeconfig"), role_cmd=_value(config, env, "role_cmd") or "",
+        slurm_conf_cmd=_value(config, env, "slurm_conf_cmd") or "",
         max_in_flight=int(numbers["max_in_flight"]), max_unavailable=limit,
         operator=_value(config, env, "operator") or f"terraform:{getpass.getuser()}",
         credentials={str(k): str(v) for k, v in creds.items()}), []

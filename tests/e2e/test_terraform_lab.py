@@ -9,9 +9,8 @@ BMC emulator shows in the next plan as an update whose `steps` hold the
 power-on, which the apply performs. Raising the training pool's min_nodes
 makes a move out of it a refused update; an image change is refused before
 anything runs while racklife has no reimage workflow. Destroying node-02 is refused while a
-Slurm job runs on it, and with it idle it is decommissioned, or, while
-racklife has no decommission workflow, refused saying so; either way nothing
-is left half done and a refused node stays in the Terraform state.
+Slurm job runs on it (it stays in service and in the Terraform state), and
+with it idle it is decommissioned and leaves the state.
 """
 
 from __future__ import annotations
