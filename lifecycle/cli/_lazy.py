@@ -65,6 +65,13 @@ COMMANDS: dict[str, Entry] = {
                  children=(("firmware", "bmc_changes", "firmware_app"), ("bios", "bmc_changes", "bios_app"))),
     "kube": Entry("kube", "app", "Kubernetes objects racklife renders (GPU Operator, Slinky)."),
     "metrics": Entry("metrics", "app", "Prometheus metrics computed from the store."),
+    "up": Entry("stack", "up_cmd",
+                "Build the cluster stack: create or update every resource (nodes, pools, schedulers) with Pulumi."),
+    "preview": Entry("stack", "preview_cmd",
+                     "Show what `racklife up` would change in the cluster stack; change nothing."),
+    "destroy": Entry("stack", "destroy_cmd",
+                     "Destroy the cluster stack: memberships leave their schedulers, nodes are decommissioned "
+                     "(refused while racklife cannot decommission)."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
                        "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
     "serve": Entry("serve", "serve_cmd",

@@ -129,14 +129,21 @@ def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySet
 
 
 def apply(store: Store, inv: Inventory | None, names: Sequence[str] | None, sources: observe.Sources,
-          runner: Runner, cfg: ApplySettings, say: Callable[[str], None] = lambda _m: None) -> ApplyReport:
-    """Converge the chosen nodes as far as the implemented workflows and the blockers allow."""
+          runner: Runner, cfg: ApplySettings, say: Callable[[str], None] = lambda _m: None,
+          only: frozenset[Action] | None = None) -> ApplyReport:
+    """Converge the chosen nodes as far as the implemented workflows and the blockers allow.
+
+    ``only``: carry out just these actions; a node whose next step is another stops there (the
+    stacks' resources each own a part of a node's plan: a node resource stops at accepted, its pool
+    membership joins it).
+    """
     report = ApplyReport()
     failed: set[str] = set()
     for _wave in range(MAX_WAVES):
         p = plan_fleet(store, inv, names, sources)
         ready = {n.node: n.steps[0].action for n in p.nodes if n.node not in failed and n.node not in report.skipped
-                 and n.steps and n.steps[0].implemented and n.steps[0].action in ORDER}
+                 and n.steps and n.steps[0].implemented and n.steps[0].action in ORDER
+                 and (only is None or n.steps[0].action in only)}
         if not ready:
             break
         action = min(ready.values(), key=ORDER.index)

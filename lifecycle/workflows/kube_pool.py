@@ -250,3 +250,16 @@ def join_kube_node(node: str, s: KubeSettings) -> dict[str, Any]:
         return asdict(join_body(node, s))
     finally:
         release_leases()
+
+
+@DBOS.workflow()
+def leave_kube_node(node: str, deadline_s: float, why: str, s: KubeSettings) -> dict[str, Any]:
+    """Cordon and drain one node out of its Kubernetes pool as a run that holds it (the Pulumi pool membership's
+    delete; the role swap runs the same body inside its own run)."""
+    held = take_leases([node], "leave_kube_node")
+    if held:
+        return asdict(PoolOutcome(node, False, node_state(node), held[node]))
+    try:
+        return asdict(leave_body(node, deadline_s, why, s))
+    finally:
+        release_leases()

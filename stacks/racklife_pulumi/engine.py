@@ -1,0 +1,257 @@
+"""The one door from a Pulumi resource to the fleet: the planner's plan and apply for one node.
+
+A dynamic provider runs in Pulumi's provider host, a process of its own. It
+reaches the fleet exactly as `racklife apply --nodes NODE` does: the store,
+the planner's observation sources, one :class:`Controller` that runs the
+workflows durably, and ``planner.apply`` restricted to the actions the
+resource owns (a node resource stops at ``accepted``; its pool membership
+joins it). So the CLI, Pulumi and Terraform can never disagree about what a
+change does.
+
+Before acting, the node is planned: if the resource's part of the plan holds
+a step racklife has no workflow for yet (a reimage, a decommission), or a
+blocker (a foreign drain, a quarantine, running jobs under ``wait``), the
+operation is refused with the planner's words and nothing is touched. A
+half-done plan (a node drained for a reimage that cannot follow) would be
+worse than a refusal.
+
+The host serves up to four requests at once on threads, and the workflow
+engine is one per process, so operations here run one at a time (``_LOCK``).
+Settings come from the stack's provider configuration or the environment;
+credentials never pass through here (BMC credentials are references the
+drivers resolve from the environment; ``RACKLIFE_DB`` is read from the
+environment only).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lifecycle.model.inventory import Inventory
+from lifecycle.planner import observe
+from lifecycle.planner.apply import ApplyReport, ApplySettings, apply
+from lifecycle.planner.fleet import UnknownNodes, plan_fleet, refresh
+from lifecycle.planner.observed import Observation
+from lifecycle.planner.plan import Action, NodePlan
+from lifecycle.store import Store
+from lifecycle.store.db import default_home
+
+_LOCK = threading.Lock()
+
+
+class FleetError(RuntimeError):
+    """The fleet did not do what the resource asked; the message says why, in the planner's words."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the provider host reaches the fleet: what `racklife apply` takes as options."""
+
+    operator: str = field(default_factory=getpass.getuser)
+    home: str | None = None  # RACKLIFE_HOME (the store and acceptance work dirs); None: the environment's
+    level: str = "quick"  # acceptance level of a node's first acceptance
+    ssh_config: str = str(Path.home() / ".ssh" / "config")
+    profile: str | None = None
+    burnin_python: str = "python3"
+    images_dir: str | None = None  # None: $RACKLIFE_HOME/images
+    boot_listen: str = "127.0.0.1:8069"
+    boot_url: str | None = None
+    boot_timeout_s: float = 600.0
+    kubeconfig: str | None = None
+    role_cmd: str = ""  # the site's role-switch hook, for role swaps (shell words)
+    max_in_flight: int = 8
+
+
+# setting -> (the provider configuration key, the environment variable, the parse). None: no such source.
+SOURCES: dict[str, tuple[str | None, str | None, Callable[[str], object]]] = {
+    "operator": ("operator", None, str),
+    "home": ("home", "RACKLIFE_HOME", str),
+    "level": ("level", None, str),
+    "ssh_config": ("sshConfig", "RACKLIFE_SSH_CONFIG", str),
+    "profile": ("profile", "RACKLIFE_BURNIN_PROFILE", str),
+    "burnin_python": ("burninPython", "RACKLIFE_BURNIN_PYTHON", str),
+    "images_dir": ("imagesDir", None, str),
+    "boot_listen": ("bootListen", "RACKLIFE_BOOT_LISTEN", str),
+    "boot_url": ("bootUrl", "RACKLIFE_BOOT_URL", str),
+    "boot_timeout_s": ("bootTimeoutS", "RACKLIFE_BOOT_TIMEOUT_S", float),
+    "kubeconfig": ("kubeconfig", "RACKLIFE_KUBECONFIG", str),
+    "role_cmd": (None, "RACKLIFE_NODE_ROLE_CMD", str),
+    "max_in_flight": ("maxInFlight", None, int),
+}
+LEVELS = ("quick", "standard", "full")
+
+
+def settings_from(config: Callable[[str], object | None], env: Mapping[str, str]) -> EngineSettings:
+    """Settings from the provider configuration (``config(key)``) first, then the environment.
+
+    Raises ``ValueError`` naming the key of a value that does not parse.
+    """
+    values: dict[str, object] = {}
+    for name, (key, var, parse) in SOURCES.items():
+        raw = config(key) if key is not None else None
+        if raw is None and var is not None:
+            raw = env.get(var)
+        if name == "kubeconfig" and raw is None:
+            raw = env.get("KUBECONFIG")
+        if raw is None or raw == "":
+            continue
+        try:
+            values[name] = parse(str(raw))
+        except ValueError:
+            raise ValueError(f"{f'racklife:{key}' if key else var}: not a number: {raw!r}") from None
+    got = EngineSettings(**values)  # type: ignore[arg-type]  # each value parsed for its field above
+    if got.level not in LEVELS:
+        raise ValueError(f"racklife:level must be one of {', '.join(LEVELS)}, not {got.level!r}")
+    return got
+
+
+@contextmanager
+def _store(s: EngineSettings) -> Iterator[Store]:
+    if s.home:
+        os.environ["RACKLIFE_HOME"] = s.home  # the host process serves this stack only
+    store = Store()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _sources() -> observe.Sources:
+    return observe.default_sources(firmware=False)
+
+
+def observed(s: EngineSettings, node: str) -> Observation | None:
+    """The node as every source sees it now (the planner's refresh), or None when the store lacks it."""
+    with _LOCK, _store(s) as store:
+        try:
+            fresh = refresh(store, None, [node], _sources())
+        except UnknownNodes:
+            return None
+    return next((o for o in fresh.observations if o.node == node), None)
+
+
+def planned(s: EngineSettings, inv: Inventory, node: str) -> NodePlan:
+    """The planner's plan for the node against ``inv`` (nothing changes)."""
+    with _LOCK, _store(s) as store:
+        return _node_plan(store, inv, node)
+
+
+def _node_plan(store: Store, inv: Inventory, node: str) -> NodePlan:
+    return next(n for n in plan_fleet(store, inv, [node], _sources()).nodes if n.node == node)
+
+
+def _refusal(p: NodePlan, only: frozenset[Action]) -> str | None:
+    """Why the resource's part of the plan cannot be carried out, or None."""
+    if p.blockers:
+        return "; ".join(f"blocked ({b.kind}): {b.message}" for b in p.blockers)
+    missing = [s.describe() for s in p.steps if s.action in only and not s.implemented]
+    if missing:
+        return "racklife cannot carry this out yet: " + "; ".join(missing) + " (nothing was changed)"
+    return None
+
+
+def converge(s: EngineSettings, inv: Inventory, node: str, only: frozenset[Action],
+             say: Callable[[str], None] = lambda _m: None) -> NodePlan:
+    """Apply the plan's ``only`` actions for ``node``; the node's plan afterwards.
+
+    Raises :class:`FleetError` when the plan refuses, a step fails, or a step of ``only`` remains.
+    """
+    from lifecycle.planner.runner import WorkflowRunner
+    from lifecycle.workflows.accept import AcceptSettings
+    from lifecycle.workflows.boot_run import BootSettings
+    from lifecycle.workflows.controller import Controller
+    from lifecycle.workflows.kube_pool import KubeSettings
+
+    with _LOCK, _store(s) as store:
+        before = _node_plan(store, inv, node) if node in {r.name for r in store.nodes()} else None
+        if before is not None and (why := _refusal(before, only)) is not None:
+            raise FleetError(f"{node}: {why}")
+
+        def accept_settings(run_id: str) -> AcceptSettings:
+            work = default_home() / "acceptance" / run_id
+            return AcceptSettings(level=s.level, work_dir=str(work), report_dir=str(work / "reports"),
+                                  operator=s.operator, ssh_config=str(Path(s.ssh_config).resolve()),
+                                  profile=s.profile, burnin_python=s.burnin_python, max_in_flight=s.max_in_flight)
+
+        kube = KubeSettings(str(Path(s.kubeconfig).resolve())) if s.kubeconfig else None
+        image = inv.node(node).image if node in {n.name for n in inv.nodes} else None
+        boot = BootSettings(Path(s.images_dir) if s.images_dir else default_home() / "images", s.boot_listen,
+                            s.boot_url, s.boot_timeout_s, image)
+        with Controller("pulumi", say=say) as ctl:
+            runner = WorkflowRunner(ctl, accept_settings, store, boot, s.max_in_flight, kube=kube,
+                                    move_to={n.name: n.pool for n in inv.nodes},
+                                    role_cmd=tuple(shlex.split(s.role_cmd)), say=say)
+            report = apply(store, inv, [node], _sources(), runner, ApplySettings(s.operator, s.max_in_flight),
+                           say=say, only=only)
+    return _outcome(node, report, only)
+
+
+def _outcome(node: str, report: ApplyReport, only: frozenset[Action]) -> NodePlan:
+    failed = [f"{d.action.value} failed (run {d.run_id or '-'}): {d.detail}" for d in report.done
+              if d.node == node and not d.ok]
+    if failed:
+        raise FleetError(f"{node}: " + "; ".join(failed))
+    if node in report.skipped:
+        raise FleetError(f"{node}: {report.skipped[node]}")
+    final = next((n for n in report.final.nodes if n.node == node), None) if report.final else None
+    if final is None:
+        raise FleetError(f"{node}: not in the plan after apply")
+    why = _refusal(final, only)
+    if why is not None:
+        raise FleetError(f"{node}: {why}")
+    left = [s.describe() for s in final.steps if s.action in only]
+    if left:
+        raise FleetError(f"{node}: not converged; still to do: " + "; ".join(left))
+    return final
+
+
+def leave(s: EngineSettings, node: str, why: str) -> str:
+    """Take the node out of its pool's scheduler with racklife's own drain or cordon (the pool's policy).
+
+    The planner has no "member of no pool" state to plan towards, so this runs the same leave
+    workflows `racklife slurm leave` and the role swap use, through the one Controller.
+    """
+    from lifecycle.workflows import kube_pool, slurm_pool
+    from lifecycle.workflows.controller import Controller
+
+    with _LOCK, _store(s) as store:
+        rec = store.get(node)
+        pool = store.pool(rec.pool)
+        if rec.state.value not in ("in_service", "draining"):
+            return f"{node} is {rec.state.value}: not serving a scheduler, nothing to leave"
+        with Controller("pulumi") as ctl:
+            if pool.scheduler == "slurm":
+                handle = ctl.start(slurm_pool.leave_node, node, None, None, why[:200], nodes=[node])
+            elif pool.scheduler == "kubernetes":
+                if not s.kubeconfig:
+                    raise FleetError(f"{node}: no kubeconfig (racklife:kubeconfig, RACKLIFE_KUBECONFIG or "
+                                     "KUBECONFIG): cannot leave Kubernetes")
+                kube = kube_pool.KubeSettings(str(Path(s.kubeconfig).resolve()))
+                handle = ctl.start(kube_pool.leave_kube_node, node, float(pool.drain_deadline_s), why[:200], kube,
+                                   nodes=[node])
+            else:
+                return f"{node}: pool {rec.pool} has no scheduler"
+            result = handle.get_result()
+    if not result.get("ok"):
+        raise FleetError(f"{node}: leave failed: {result.get('reason') or result.get('state')}")
+    return str(result.get("reason") or result.get("state"))
+
+
+def reimport(s: EngineSettings, inv: Inventory) -> None:
+    """Import the one-node inventory (a changed BMC, NICs, labels …); the store refuses it while a scheduler
+    uses the node."""
+    from lifecycle.model.states import Actor
+    from lifecycle.store.store import ImportRefused
+
+    with _LOCK, _store(s) as store:
+        try:
+            store.import_inventory(inv, Actor.OPERATOR, f"pulumi up, by {s.operator}")
+        except ImportRefused as exc:
+            raise FleetError("; ".join(exc.problems)) from None
