@@ -43,10 +43,24 @@ def _prop(field: str) -> str:
     return field
 
 
+def wire_ints(value: Any) -> Any:
+    """Whole numbers back to ints: Pulumi's wire format (protobuf Struct) carries every number as a double,
+    and the inventory's counts are strict integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: wire_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [wire_ints(v) for v in value]
+    return value
+
+
 def node_document(site: Mapping[str, Any], rack: Mapping[str, Any], pools: Mapping[str, Any],
                   images: list[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
-    return {"site": dict(site), "racks": [dict(rack)], "pools": {k: dict(v) for k, v in pools.items()},
-            "images": [dict(i) for i in images], "nodes": [dict(spec)]}
+    doc = {"site": dict(site), "racks": [dict(rack)], "pools": {k: dict(v) for k, v in pools.items()},
+           "images": [dict(i) for i in images], "nodes": [dict(spec)]}
+    out: dict[str, Any] = wire_ints(doc)
+    return out
 
 
 def one_node_inventory(props: Mapping[str, Any], what: str) -> Inventory:

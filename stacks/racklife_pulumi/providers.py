@@ -41,13 +41,14 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from pydantic import ValidationError
 
 from lifecycle.model.inventory import Inventory, Pool
 from lifecycle.model.vocab import node_name
 from lifecycle.planner.observed import Observation, Source
 from lifecycle.planner.plan import Action
 from stacks.racklife_pulumi import engine
-from stacks.racklife_pulumi.inputs import one_node_inventory, problems_of, with_node, without_nodes
+from stacks.racklife_pulumi.inputs import one_node_inventory, problems_of, wire_ints, with_node, without_nodes
 
 # The planner's actions each resource carries out.
 BUILD = frozenset({Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.ACCEPT})
@@ -169,9 +170,10 @@ def _pool_problems(props: Mapping[str, Any]) -> list[CheckFailure]:
     out: list[CheckFailure] = []
     for name, spec in pools.items():
         try:
-            Pool.model_validate(spec)
-        except ValueError as exc:
-            out.append(CheckFailure(f"pools.{name}", str(exc).splitlines()[-1].strip()))
+            Pool.model_validate(wire_ints(spec))
+        except ValidationError as exc:
+            out += [CheckFailure(".".join(["pools", name, *map(str, e["loc"])]), e["msg"])
+                    for e in exc.errors(include_url=False)]
     if props.get("pool") not in pools:
         out.append(CheckFailure("pool", f"unknown pool {props.get('pool')!r} (known: {', '.join(sorted(pools))})"))
     return out

@@ -77,6 +77,11 @@ def test_membership_check_needs_a_known_pool_and_the_acceptance_gate(props: dict
     assert failures(p.check({}, {**good, "acceptance_record": None})) == {}  # unknown at preview
     assert set(failures(p.check({}, {**good, "acceptance_record": ""}))) == {"acceptance_record"}
     assert "unknown pool 'gpu'" in failures(p.check({}, {**good, "pool": "gpu"}))["pool"]
+    wire = copy.deepcopy(good)
+    wire["pools"]["training"]["drain_deadline_s"] = 1800.0  # as the wire carries it
+    assert failures(p.check({}, wire)) == {}
+    wire["pools"]["training"]["leave_policy"] = "never"
+    assert list(failures(p.check({}, wire))) == ["pools.training.leave_policy"]
     d = p.diff("id", good, {**good, "pool": "inference"})
     assert d.changes and d.replaces == []  # a pool change is a role swap, in place
     assert p.diff("id", good, {**good, "node": "r01-n02"}).replaces == ["node"]
@@ -103,3 +108,13 @@ def test_settings_from_config_then_environment() -> None:
         engine.settings_from({"level": "thorough"}.get, {})
     with pytest.raises(ValueError, match="racklife:maxInFlight"):
         engine.settings_from({"maxInFlight": "many"}.get, {})
+
+
+def test_numbers_as_the_wire_carries_them_still_check(props: dict[str, Any]) -> None:
+    """Pulumi sends every number as a double (rack units 48.0); the inventory's integers are strict."""
+    wire = copy.deepcopy(props)
+    wire["rack"]["units"] = float(wire["rack"]["units"])
+    wire["spec"]["u"] = float(wire["spec"]["u"])
+    assert failures(BareMetalNodeProvider().check({}, wire)) == {}
+    wire["spec"]["u"] = 2.5
+    assert set(failures(BareMetalNodeProvider().check({}, wire))) == {"spec.u"}
