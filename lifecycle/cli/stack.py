@@ -18,7 +18,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -33,10 +33,8 @@ NO_KEY = ("the local backend encrypts the stack's secrets: set PULUMI_CONFIG_PAS
           "PULUMI_CONFIG_PASSPHRASE_FILE")
 
 
-def _error(message: str, code: int, as_json: bool) -> None:
-    if as_json:
-        emit_json({"error": message, "exit_code": code})
-    fail(message, code)
+def _error(message: str, code: int, as_json: bool) -> NoReturn:
+    fail(message, code)  # the error envelope on stdout under --json / -o json
 
 
 def _stack(name: str, program: Path, backend: Path | None, as_json: bool) -> Any:

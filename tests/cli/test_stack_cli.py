@@ -38,8 +38,8 @@ def test_without_the_pulumi_cli_it_says_how_to_install_it(tmp_path: Path, verb: 
 def test_json_error_under_json(tmp_path: Path) -> None:
     res = racklife(tmp_path, "preview", "--stack", "lab", "--json")
     assert res.returncode == 2
-    out = json.loads(res.stdout)
-    assert out["exit_code"] == 2 and "get.pulumi.com" in out["error"]
+    out = json.loads(res.stdout)["error"]
+    assert out["exit_code"] == 2 and "get.pulumi.com" in out["message"]
 
 
 def test_destroy_asks_for_yes(tmp_path: Path) -> None:
