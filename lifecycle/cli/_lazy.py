@@ -70,8 +70,8 @@ COMMANDS: dict[str, Entry] = {
     "preview": Entry("stack", "preview_cmd",
                      "Show what `racklife up` would change in the cluster stack; change nothing."),
     "destroy": Entry("stack", "destroy_cmd",
-                     "Destroy the cluster stack: memberships leave their schedulers, nodes are decommissioned "
-                     "(refused while racklife cannot decommission)."),
+                     "Destroy the cluster stack: memberships leave their schedulers, then nodes are "
+                     "decommissioned (no erase)."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
                        "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
     "serve": Entry("serve", "serve_cmd",

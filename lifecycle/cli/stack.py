@@ -97,8 +97,7 @@ def preview_cmd(stack: str = StackOpt, program: Path = ProgramOpt, backend: Path
 def destroy_cmd(stack: str = StackOpt, program: Path = ProgramOpt, backend: Path | None = BackendOpt,
                 yes: bool = typer.Option(False, "--yes", help="Do not ask before destroying."),
                 as_json: bool = JsonOpt) -> None:
-    """Destroy the cluster stack: memberships leave their schedulers, nodes are decommissioned (refused while
-    racklife cannot decommission)."""
+    """Destroy the cluster stack: memberships leave their schedulers, then nodes are decommissioned (no erase)."""
     if not yes:
         fail("destroy drains and decommissions nodes: pass --yes", BAD_INPUT)
     _run("destroy", stack, program, backend, as_json, lambda s, say: s.destroy(on_output=say))

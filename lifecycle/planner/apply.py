@@ -121,10 +121,15 @@ def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySet
     for pool, members in sorted(by_pool.items()):
         out, size = _unavailable(store, pool)
         room = max(0, cfg.max_unavailable.of(size) - out)
-        chosen += members[:room]
-        for n in members[room:]:
-            skipped[n] = f"pool {pool}: {out} of {size} out of service already (max unavailable " \
-                         f"{cfg.max_unavailable.of(size)}); a later apply takes it"
+        for n in members:
+            if store.get(n).state is not State.IN_SERVICE:
+                chosen.append(n)  # out of service already (counted in `out`): taking it makes no one else leave
+            elif room > 0:
+                chosen.append(n)
+                room -= 1
+            else:
+                skipped[n] = f"pool {pool}: {out} of {size} out of service already (max unavailable " \
+                             f"{cfg.max_unavailable.of(size)}); a later apply takes it"
     return chosen
 
 

@@ -9,7 +9,7 @@ joins it). So the CLI, Pulumi and Terraform can never disagree about what a
 change does.
 
 Before acting, the node is planned: if the resource's part of the plan holds
-a step racklife has no workflow for yet (a reimage, a decommission), or a
+a step racklife has no workflow for yet (a reimage, so far), or a
 blocker (a foreign drain, a quarantine, running jobs under ``wait``), the
 operation is refused with the planner's words and nothing is touched. A
 half-done plan (a node drained for a reimage that cannot follow) would be
@@ -66,6 +66,7 @@ class EngineSettings:
     boot_timeout_s: float = 600.0
     kubeconfig: str | None = None
     role_cmd: str = ""  # the site's role-switch hook, for role swaps (shell words)
+    slurm_conf_cmd: str = ""  # the site's slurm.conf hook, for decommissions (shell words)
     max_in_flight: int = 8
 
 
@@ -83,6 +84,7 @@ SOURCES: dict[str, tuple[str | None, str | None, Callable[[str], object]]] = {
     "boot_timeout_s": ("bootTimeoutS", "RACKLIFE_BOOT_TIMEOUT_S", float),
     "kubeconfig": ("kubeconfig", "RACKLIFE_KUBECONFIG", str),
     "role_cmd": (None, "RACKLIFE_NODE_ROLE_CMD", str),
+    "slurm_conf_cmd": (None, "RACKLIFE_SLURM_CONF_CMD", str),
     "max_in_flight": ("maxInFlight", None, int),
 }
 LEVELS = ("quick", "standard", "full")
@@ -187,7 +189,9 @@ def converge(s: EngineSettings, inv: Inventory, node: str, only: frozenset[Actio
         with Controller("pulumi", say=say) as ctl:
             runner = WorkflowRunner(ctl, accept_settings, store, boot, s.max_in_flight, kube=kube,
                                     move_to={n.name: n.pool for n in inv.nodes},
-                                    role_cmd=tuple(shlex.split(s.role_cmd)), say=say)
+                                    role_cmd=tuple(shlex.split(s.role_cmd)),
+                                    slurm_conf_cmd=tuple(shlex.split(s.slurm_conf_cmd)),
+                                    operator=f"pulumi, by {s.operator}", say=say)
             report = apply(store, inv, [node], _sources(), runner, ApplySettings(s.operator, s.max_in_flight),
                            say=say, only=only)
     return _outcome(node, report, only)
@@ -201,6 +205,8 @@ def _outcome(node: str, report: ApplyReport, only: frozenset[Action]) -> NodePla
     if node in report.skipped:
         raise FleetError(f"{node}: {report.skipped[node]}")
     final = next((n for n in report.final.nodes if n.node == node), None) if report.final else None
+    if final is None and Action.DECOMMISSION in only:
+        return NodePlan(node, "decommissioned")  # the plan leaves out a decommissioned node: nothing left to do
     if final is None:
         raise FleetError(f"{node}: not in the plan after apply")
     why = _refusal(final, only)

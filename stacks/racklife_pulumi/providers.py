@@ -9,10 +9,10 @@ resource owns (``engine.converge``), or the planner's refresh (``read``):
 | ``PoolMembership`` | join the pool's scheduler | pool: role swap | leave (racklife's drain) |
 | ``SlurmNodeRegistration`` | verify Slurm lists it in service | verify again | nothing (below) |
 
-A step racklife has no workflow for yet (reimage and decommission, until they
-land) or a blocker is refused before anything changes, with the planner's
-words. ``SlurmNodeRegistration`` is Slurm's side of a training node: its
-create and update check, through the planner's refresh, that slurmctld lists
+A step racklife has no workflow for yet (reimage, until it lands) or a
+blocker is refused before anything changes, with the planner's words.
+``SlurmNodeRegistration`` is Slurm's side of a training node: its create and
+update check, through the planner's refresh, that slurmctld lists
 the node in the partition, in service and not held by anyone else; Slurm's
 node list itself comes from ``slurm.conf`` (``racklife slurm render``), so
 its delete changes nothing in Slurm (the membership's delete drains the node).
@@ -44,6 +44,7 @@ from pulumi.dynamic import (
 from pydantic import ValidationError
 
 from lifecycle.model.inventory import Inventory, Pool
+from lifecycle.model.states import State
 from lifecycle.model.vocab import node_name
 from lifecycle.planner.observed import Observation, Source
 from lifecycle.planner.plan import Action
@@ -137,8 +138,8 @@ class BareMetalNodeProvider(_Provider):
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         o = engine.observed(self.settings, str(props.get("node")))
-        if o is None:
-            return ReadResult("", {})  # the store has no such node: gone
+        if o is None or o.state is State.DECOMMISSIONED:
+            return ReadResult("", {})  # not in the fleet (any more): gone
         return ReadResult(id_, {**props, **_observed_node(o)})
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -152,13 +153,12 @@ class BareMetalNodeProvider(_Provider):
         return UpdateResult(self._outs(news))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """Decommission (no erase): the planner's step for a node the inventory no longer lists; its
+        pre-checks refuse while jobs or pods run, or while someone else's drain or cordon holds it."""
         node = str(props["node"])
         o = engine.observed(self.settings, node)
-        if o is None:
-            return  # not in the store: nothing to decommission
-        if o.slurm is not None and o.slurm.jobs:
-            raise engine.FleetError(f"{node}: refused: jobs {', '.join(o.slurm.jobs)} run on it; decommission "
-                                    "waits for an idle node (nothing was changed)")
+        if o is None or o.state is State.DECOMMISSIONED:
+            return  # not in the fleet: nothing to decommission
         engine.converge(self.settings, without_nodes(one_node_inventory(props, f"BareMetalNode {node}")), node,
                         DECOMMISSION, say=pulumi.log.info)
 

@@ -14,8 +14,8 @@ node-03, with each side effect checked in the lab:
   with racklife's cordon;
 - ``SlurmNodeRegistration`` Create checks slurmctld lists it in the
   partition (a wrong partition is refused); Read follows Slurm;
-- ``BareMetalNode`` Delete is refused (no decommission workflow yet), and the
-  node stays in the store.
+- ``BareMetalNode`` Delete decommissions it (the planner's step for a node the
+  inventory no longer lists); Read then says it is gone.
 
 Then the stack program runs with Pulumi's mocks routing every dynamic
 resource to its provider (unpickled from the resource's ``__provider`` input,
@@ -31,7 +31,8 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,26 @@ def kube_node(lab: RunningLab, cache: Path, name: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stdout + done.stderr
     out: dict[str, Any] = json.loads(done.stdout)
     return out
+
+
+def kube_has(lab: RunningLab, cache: Path, name: str) -> bool:
+    binary = shutil.which("kubectl") or "kubectl"
+    done = subprocess.run([binary, "--kubeconfig", lab.env["KUBECONFIG"], "--cache-dir", str(cache),
+                           "--request-timeout=20s", "get", "node", name, "-o", "name"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 or "NotFound" in done.stderr, done.stderr
+    return done.returncode == 0
+
+
+def power(lab: RunningLab, name: str) -> str:
+    return str(next(n for n in lab.status()["nodes"] if n["name"] == name)["power"])
+
+
+def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp: Path) -> None:
@@ -163,9 +184,12 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
         assert nodes(lab)["node-03"]["state"] == "drained"
         assert kube_node(lab, tmp / "kcache", "node-03")["spec"].get("unschedulable") is True
 
-        with pytest.raises(HostError, match=r"decommission.*not yet implemented"):
-            node.delete("node-03", built.id, built.outs)
-        assert nodes(lab)["node-03"]["state"] == "drained"
+        node.delete("node-03", built.id, built.outs)
+        assert nodes(lab)["node-03"]["state"] == "decommissioned"
+        assert "decommission_done" in events(lab, "node-03")
+        assert not kube_has(lab, tmp / "kcache", "node-03")  # out of Kubernetes' node list
+        wait_for(lambda: power(lab, "node-03") == "Off", 30, "node-03 to power off")
+        assert node.read("node-03", built.id, built.outs).id == ""  # gone from the fleet
     finally:
         for host in (node, pool, slurm):
             host.close()
@@ -194,9 +218,7 @@ class Routed(Recorder):
 def _the_whole_program_leaves_every_node_in_service(lab: RunningLab, config: dict[str, str], tmp: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     doc = yaml.safe_load(lab.inventory.read_text())
-    for n in doc["nodes"]:
-        if n["name"] == "node-03":
-            n["pool"] = "inference"  # where the host phase left it
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] != "node-03"]  # decommissioned by the host phase
     inventory = tmp / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(doc))
     for key in list(os.environ):
@@ -206,12 +228,12 @@ def _the_whole_program_leaves_every_node_in_service(lab: RunningLab, config: dic
         monkeypatch.setenv(key, value)
     routed = Routed(config)
     run_program(StackConfig(inventory), routed)
-    assert sorted(s.inputs["node"] for s in routed.of("PoolMembership")) == ["node-01", "node-02", "node-03",
-                                                                           "node-04"]
+    assert sorted(s.inputs["node"] for s in routed.of("PoolMembership")) == ["node-01", "node-02", "node-04"]
     assert all(kind(s.typ) != "NodePatch" for s in routed.seen)
     want = {n["name"]: n["pool"] for n in doc["nodes"]}
-    got = {name: (row["state"], row["pool"]) for name, row in nodes(lab).items()}
+    got = {name: (row["state"], row["pool"]) for name, row in nodes(lab).items() if name in want}
     assert got == {name: ("in_service", p) for name, p in want.items()}, got
+    assert nodes(lab)["node-03"]["state"] == "decommissioned"
     for name, p in want.items():
         if p == "training":
             assert sinfo(lab, name) == ("idle", "training")

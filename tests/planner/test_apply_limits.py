@@ -40,3 +40,23 @@ def test_apply_bad_input_exits_2_and_creates_nothing(tmp_path: Path, repo_dir: P
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert "Traceback" not in res.stderr
     assert not (tmp_path / "rl.sqlite").exists()
+
+
+def test_a_node_already_out_of_service_takes_no_room(tmp_path: Path, repo_dir: Path) -> None:
+    """Decommissioning a drained node does not take another one out: max_unavailable leaves it through (it
+    skipped every node of a pool once the pool had as many out as allowed, the node itself among them)."""
+    from lifecycle.model.inventory import load_inventory
+    from lifecycle.planner.apply import ApplySettings, _within_limits
+    from lifecycle.planner.plan import Action
+    from lifecycle.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    try:
+        inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+        store.import_inventory(inv)
+        names = [n.name for n in inv.nodes if n.pool == "training"][:3]  # enrolled: none in service
+        skipped: dict[str, str] = {}
+        assert _within_limits(store, Action.DECOMMISSION, names, ApplySettings("t"), skipped) == names
+        assert skipped == {}
+    finally:
+        store.close()
