@@ -32,7 +32,26 @@ FILES = ("slurm.conf", "gres.conf", "topology.conf")
 
 
 def without_node(text: str, node: str) -> str:
-    """The file with ``node`` taken out of every node list; a line left naming no node is dropped."""
+    """The file with ``node`` taken out of every node list; a line left naming no node is dropped
+    (and a topology switch so dropped is taken out of the ``Switches=`` above it, and so on up)."""
+    out = _without(text, node, "nodes")
+    dropped = _dropped_switches(text, out)
+    while dropped:
+        before = out
+        for switch in dropped:
+            out = _without(out, switch, "switches")
+        dropped = _dropped_switches(before, out)
+    return out
+
+
+def _dropped_switches(before: str, after: str) -> list[str]:
+    names = {line.split(" ", 1)[0].partition("=")[2] for line in after.splitlines() if line.startswith("SwitchName=")}
+    return [line.split(" ", 1)[0].partition("=")[2] for line in before.splitlines()
+            if line.startswith("SwitchName=") and line.split(" ", 1)[0].partition("=")[2] not in names]
+
+
+def _without(text: str, node: str, switch_key: str) -> str:
+    keys = LIST_KEYS if switch_key == "nodes" else frozenset({"switches"})
     out: list[str] = []
     for line in text.splitlines():
         if line.lstrip().startswith("#") or "=" not in line:
@@ -41,7 +60,7 @@ def without_node(text: str, node: str) -> str:
         words, drop = [], False
         for word in line.split(" "):
             key, eq, value = word.partition("=")
-            if eq and key.lower() in LIST_KEYS and value:
+            if eq and key.lower() in keys and value:
                 names = expand(value)
                 if node in names:
                     rest = [n for n in names if n != node]

@@ -105,8 +105,8 @@ class ApplyReport:
 
 
 def _unavailable(store: Store, pool: str) -> tuple[int, int]:
-    """(nodes of the pool out of service now, nodes of the pool)."""
-    nodes = store.nodes(pool=pool)
+    """(nodes of the pool out of service now, nodes of the pool); a decommissioned node is neither."""
+    nodes = [r for r in store.nodes(pool=pool) if r.state is not State.DECOMMISSIONED]
     return sum(r.state is not State.IN_SERVICE for r in nodes), len(nodes)
 
 

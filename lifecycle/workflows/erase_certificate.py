@@ -43,7 +43,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@step(idempotent=False)  # an erase takes long and is not repeated: a resumed run certifies what it found
+@step(idempotent=False)  # not retried on a temporary error (an erase takes long); after a crash it erases again
 def erase_drives(node: str) -> dict[str, Any]:
     """Erase every drive the BMC reports; each result with its read-back (never raises for one drive)."""
     from lifecycle.drivers.bmc.factory import driver_for, unsupported_reason

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from tests.e2e.conftest import RunningLab
@@ -65,10 +66,11 @@ def power(lab: RunningLab, name: str) -> str:
     return str(next(n for n in lab.status()["nodes"] if n["name"] == name)["power"])
 
 
-def test_decommission_in_the_lab(lab: RunningLab) -> None:
+def test_decommission_in_the_lab(lab: RunningLab, tmp_path: Path) -> None:
     _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab)
     _an_erase_the_bmc_fails_is_not_a_decommission(lab)
     _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab)
+    _apply_decommissions_a_node_removed_from_the_inventory_and_its_name_is_reused(lab, tmp_path)
 
 
 def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab) -> None:
@@ -140,3 +142,31 @@ def _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab: RunningLa
     assert "node-04" not in {n.name for n in kube.nodes()}
     kube.close()
     assert node(lab, "node-04")["state"] == "decommissioned"
+
+
+def _apply_decommissions_a_node_removed_from_the_inventory_and_its_name_is_reused(lab: RunningLab,
+                                                                                  tmp_path: Path) -> None:
+    doc = yaml.safe_load(lab.inventory.read_text())
+    old = next(n for n in doc["nodes"] if n["name"] == "node-01")
+    without = tmp_path / "without-node-01.yaml"
+    without.write_text(yaml.safe_dump({**doc, "nodes": [n for n in doc["nodes"] if n["name"] != "node-01"]}))
+    planned = lab.racklife("plan", str(without), "--json")
+    steps = {n["node"]: n["steps"] for n in json.loads(planned.stdout)["nodes"]}
+    assert [(s["action"], s["implemented"]) for s in steps["node-01"]] == [("decommission", True)], planned.stdout
+    applied = lab.racklife("apply", str(without), "--yes", "--json", timeout=900)
+    assert "Traceback" not in applied.stderr, applied.stderr
+    done = [d for d in json.loads(applied.stdout)["done"] if d["node"] == "node-01"]
+    assert [(d["action"], d["ok"]) for d in done] == [("decommission", True)], applied.stdout
+    assert node(lab, "node-01")["state"] == "decommissioned" and not slurm_knows(lab, "node-01")
+    again = json.loads(lab.racklife("plan", str(without), "--json").stdout)
+    assert "node-01" not in {n["node"] for n in again["nodes"]}  # done: nothing more to plan
+    # A new server may now take the name; the old one's record and history stay under NAME~SERIAL.
+    reused = tmp_path / "node-01-replaced.yaml"
+    reused.write_text(yaml.safe_dump({**doc, "nodes": [{**n, "serial": "LABNEW0001"} if n["name"] == "node-01" else n
+                                                       for n in doc["nodes"]]}))
+    imported = lab.racklife("inventory", "import", str(reused))
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert node(lab, "node-01")["state"] == "enrolled"
+    kept = f"node-01~{old['serial']}"
+    assert node(lab, kept)["state"] == "decommissioned"
+    assert [h["event"] for h in history(lab, kept)][-3:] == ["decommission", "decommission_done", "rename"]

@@ -29,5 +29,6 @@ def test_gres_and_topology_lines() -> None:
     gres = "AutoDetect=off\nNodeName=node-[01-02] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     assert without_node(gres, "node-01") == "AutoDetect=off\nNodeName=node-02 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     assert without_node(without_node(gres, "node-01"), "node-02") == "AutoDetect=off\n"
-    topo = "SwitchName=leaf-a Nodes=node-01\nSwitchName=leaf-b Nodes=node-[02-03]\nSwitchName=core Switches=leaf-[a-b]\n"
-    assert without_node(topo, "node-01") == "SwitchName=leaf-b Nodes=node-[02-03]\nSwitchName=core Switches=leaf-[a-b]\n"
+    topo = "SwitchName=leaf-1 Nodes=node-01\nSwitchName=leaf-2 Nodes=node-[02-03]\nSwitchName=core Switches=leaf-[1-2]\n"
+    # leaf-1 is left with no node: dropped, and out of the core's Switches= too.
+    assert without_node(topo, "node-01") == "SwitchName=leaf-2 Nodes=node-[02-03]\nSwitchName=core Switches=leaf-2\n"

@@ -60,3 +60,31 @@ def test_a_node_already_out_of_service_takes_no_room(tmp_path: Path, repo_dir: P
         assert skipped == {}
     finally:
         store.close()
+
+
+def test_decommissioned_nodes_are_not_counted_as_unavailable(tmp_path: Path, repo_dir: Path) -> None:
+    """Before, each decommissioned node of a pool counted as one out of service for ever: with max
+    unavailable 1, one decommission stopped every later leave and decommission in that pool."""
+    import sqlalchemy as sa
+
+    from lifecycle.model.inventory import load_inventory
+    from lifecycle.model.states import Actor, State
+    from lifecycle.planner.apply import ApplySettings, _within_limits
+    from lifecycle.planner.plan import Action
+    from lifecycle.store import Store, db
+
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    try:
+        inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+        store.import_inventory(inv)
+        members = [r.name for r in store.nodes(pool=inv.nodes[0].pool)]
+        with store.engine.begin() as conn:  # every other node of the pool in service
+            conn.execute(sa.update(db.nodes).where(db.nodes.c.name.in_(members[1:]))
+                         .values(state=State.IN_SERVICE.value))
+        store.transition(members[0], "decommission", Actor.OPERATOR, "retired", run_id="d-1")
+        store.transition(members[0], "decommission_done", Actor.WORKFLOW, "retired", run_id="d-1")
+        skipped: dict[str, str] = {}
+        chosen = _within_limits(store, Action.DECOMMISSION, [members[1]], ApplySettings("t"), skipped)
+        assert chosen == [members[1]] and skipped == {}
+    finally:
+        store.close()
