@@ -27,6 +27,7 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._runs import say
 from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.planner.plan import Plan
@@ -112,9 +113,9 @@ def apply_cmd(
                                     role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
                                     slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))),
                                     operator=who,
-                                    say=lambda m: err_console.print(m, markup=False))
+                                    say=say)
             report = apply(store, inv, names, sources, runner,
-                           ApplySettings(who, max_in_flight, limit), say=lambda m: err_console.print(m, markup=False))
+                           ApplySettings(who, max_in_flight, limit), say=say)
     finally:
         store.close()
     if as_json:

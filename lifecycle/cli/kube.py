@@ -166,19 +166,21 @@ def kube_settings(kubeconfig: Path | None, ready_timeout: float, as_json: bool) 
 
 @app.command("join")
 def join_cmd(
-    nodes: list[str] = typer.Argument(..., help="Node names (accepted, of a Kubernetes pool)."),
+    nodes: list[str] = typer.Argument(..., help="Node names or hostlists (accepted, of a Kubernetes pool)."),
     kubeconfig: Path | None = KubeconfigOpt,
     ready_timeout: float = typer.Option(300.0, "--ready-timeout", min=1,
                                         help="Seconds the kubelet may take to report Ready with every GPU."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Take accepted nodes into service in their Kubernetes pool: labels, taints, Ready with every GPU."""
-    from lifecycle.cli._runs import controller
+    from lifecycle.cli._runs import controller, progress
+    from lifecycle.cli._select import expand_names
     from lifecycle.cli.slurm import print_outcomes
     from lifecycle.store import NodeNotFound, Store
     from lifecycle.workflows import kube_pool
 
     settings = kube_settings(kubeconfig, ready_timeout, as_json)
+    nodes = expand_names(nodes)
     store = Store()
     try:
         for n in nodes:
@@ -189,5 +191,6 @@ def join_cmd(
         store.close()
     with controller("kube") as ctl:
         handles = [ctl.start(kube_pool.join_kube_node, n, settings, nodes=[n]) for n in dict.fromkeys(nodes)]
-        outcomes = [h.get_result() for h in handles]
+        with progress(nodes, "kube join"):
+            outcomes = [h.get_result() for h in handles]
     print_outcomes(outcomes, as_json)

@@ -32,6 +32,7 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._select import expand_names
 from lifecycle.cli.kube import KubeconfigOpt
 from lifecycle.store.db import default_home
 
@@ -48,7 +49,7 @@ def parse_duration(text: str) -> float:
 
 
 def role_swap_cmd(
-    nodes: list[str] = typer.Argument(..., help="Node names, each in service in the other pool."),
+    nodes: list[str] = typer.Argument(..., help="Node names or hostlists, each in service in the other pool."),
     to: str = typer.Option(..., "--to", help="The pool to move to (e.g. inference or training)."),
     policy: str | None = typer.Option(None, "--policy", help="Slurm leave: wait | requeue (default: the pool's)."),
     deadline: str | None = typer.Option(None, "--deadline",
@@ -80,7 +81,7 @@ def role_swap_cmd(
     if kubeconfig is None or not kubeconfig.is_file():
         fail("no kubeconfig: give --kubeconfig or set RACKLIFE_KUBECONFIG or KUBECONFIG (a role swap always "
              "reads the Kubernetes side)", BAD_INPUT)
-    names = list(dict.fromkeys(nodes))
+    names = expand_names(nodes)
     who = operator or getpass.getuser()
     store = Store()
     try:
