@@ -41,8 +41,10 @@ class Entry:
 COMMANDS: dict[str, Entry] = {
     "inventory": Entry("inventory", "app", "Validate and import inventory files."),
     "config": Entry("config", "app", "The settings racklife runs with, and where each comes from."),
-    "nodes": Entry("nodes", "nodes_app", "List nodes."),
-    "node": Entry("nodes", "node_app", "Show one node."),
+    "nodes": Entry("nodes", "nodes_app", "List nodes, show one, and its history (`node` and `nodes` are the "
+                                         "same group)."),
+    "node": Entry("nodes", "node_app", "List nodes, show one, and its history (`node` and `nodes` are the "
+                                       "same group)."),
     "workflows": Entry("workflows", "app", "Inspect and control workflow runs."),
     "image": Entry("image", "app", "Build golden images."),
     "provision": Entry("provision", "provision_cmd",

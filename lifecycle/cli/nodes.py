@@ -8,12 +8,15 @@ from typing import Any
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, fail, out_console
-from lifecycle.cli._select import check_filters
+from lifecycle.cli._select import Selector, SelectorOpt, check_filters
 from lifecycle.model.states import State
 from lifecycle.store import NodeNotFound, NodeRecord, Store
 
-nodes_app = typer.Typer(help="List nodes.", no_args_is_help=True)
-node_app = typer.Typer(help="Show one node.", no_args_is_help=True)
+# One group under two names (`racklife node list` was "No such command"): `node` and `nodes` take the same
+# commands.
+HELP = "List nodes, show one, and its history (`node` and `nodes` are the same group)."
+nodes_app = typer.Typer(help=HELP, no_args_is_help=True)
+node_app = typer.Typer(help=HELP, no_args_is_help=True)
 
 
 def _summary(r: NodeRecord) -> dict[str, Any]:
@@ -25,6 +28,7 @@ def _summary(r: NodeRecord) -> dict[str, Any]:
 def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in this state."),
           pool: str | None = typer.Option(None, "--pool", help="Only nodes of this pool."),
           rack: str | None = typer.Option(None, "--rack", help="Only nodes of this rack."),
+          selector: str | None = SelectorOpt,
           as_json: bool = JsonOpt) -> None:
     """List nodes with their state and pool."""
     st: State | None = None
@@ -37,6 +41,12 @@ def list_(state: str | None = typer.Option(None, "--state", help="Only nodes in 
     try:
         check_filters(store.nodes(), [rack] if rack else [], [pool] if pool else [])  # an unknown one: exit 2
         recs = store.nodes(state=st, pool=pool, rack=rack)
+        if selector is not None:
+            try:
+                match = Selector.parse(selector)
+            except ValueError as exc:
+                fail(str(exc), BAD_INPUT)
+            recs = [r for r in recs if match.matches(r)]
         if not recs and not store.nodes():
             # An empty answer from an empty store: say which store, so a forgotten `lab env` shows.
             err_console.print(f"no nodes in the store {store.url} (racklife config view shows where it comes "
@@ -123,3 +133,9 @@ def history(name: str = typer.Argument(..., help="The node's name."), as_json: b
     emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "reason", "run"],
                [(f"{at:%Y-%m-%d %H:%M:%S}", r["event"], r["from"] or "-", r["to"], r["actor"], r["reason"],
                  r["run_id"] or "") for at, r in rows])
+
+
+for _name, _fn in (("list", list_), ("show", show), ("history", history)):
+    for _group in (nodes_app, node_app):
+        if _name not in {c.name for c in _group.registered_commands}:
+            _group.command(_name)(_fn)

@@ -90,3 +90,11 @@ def test_commands_take_the_same_names(home: Path) -> None:
 def test_an_empty_store_says_which_store(tmp_path: Path) -> None:
     res = racklife(tmp_path, "nodes", "list")
     assert res.returncode == 0 and f"no nodes in the store sqlite:///{tmp_path / 'racklife.sqlite'}" in res.stderr
+
+
+def test_node_and_nodes_are_one_group(home: Path) -> None:
+    listed = racklife(home, "node", "list", "--selector", "pool=inference,rack=r02", "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.split() == ["r02-n07", "r02-n08"]
+    shown = json.loads(racklife(home, "nodes", "show", "r01-n01", "--json").stdout)
+    assert shown["name"] == "r01-n01"
+    assert racklife(home, "nodes", "history", "r01-n01", "--no-headers").stdout.startswith("20")
