@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lifecycle.model.inventory import Inventory
+from lifecycle.model.redact import redact
 from lifecycle.planner import observe
 from lifecycle.planner.apply import ApplyReport, ApplySettings, apply
 from lifecycle.planner.fleet import UnknownNodes, plan_fleet, refresh
@@ -47,7 +48,13 @@ _LOCK = threading.Lock()
 
 
 class FleetError(RuntimeError):
-    """The fleet did not do what the resource asked; the message says why, in the planner's words."""
+    """The fleet did not do what the resource asked; the message says why, in the planner's words.
+
+    The engine shows it and may keep it in its logs, so it passes the redaction filter.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from pulumi.dynamic import (
 from pydantic import ValidationError
 
 from lifecycle.model.inventory import Inventory, Pool
+from lifecycle.model.redact import redact
 from lifecycle.model.states import State
 from lifecycle.model.vocab import node_name
 from lifecycle.planner.observed import Observation, Source
@@ -103,7 +104,7 @@ def _observed_node(o: Observation | None) -> dict[str, Any]:
             "booted_version": o.boot.version if o.boot else None,
             "acceptance_record": acc.record if acc is not None and acc.valid else None,
             "observed_at": o.at.isoformat(),
-            "errors": {k.value: v for k, v in o.errors.items()}}
+            "errors": {k.value: redact(v) for k, v in o.errors.items()}}  # outputs reach the state in plain
 
 
 class BareMetalNodeProvider(_Provider):

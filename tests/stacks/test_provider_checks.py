@@ -118,3 +118,9 @@ def test_numbers_as_the_wire_carries_them_still_check(props: dict[str, Any]) -> 
     assert failures(BareMetalNodeProvider().check({}, wire)) == {}
     wire["spec"]["u"] = 2.5
     assert set(failures(BareMetalNodeProvider().check({}, wire))) == {"spec.u"}
+
+
+def test_a_fleet_error_passes_the_redaction_filter() -> None:
+    """The engine shows a provider's error and keeps it in its logs: a BMC URL with credentials is masked."""
+    err = engine.FleetError("node-01: bmc: https://admin:hunter2secret@10.0.0.1/redfish refused; password=hunter2secret")
+    assert "hunter2secret" not in str(err) and "10.0.0.1" in str(err)
