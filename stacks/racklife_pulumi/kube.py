@@ -32,6 +32,8 @@ TOKEN = "racklife:index:"  # noqa: S105 (Pulumi type tokens)
 GPU_OPERATOR_CHART = ("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", gpu.RELEASE)
 SLURM_OPERATOR_CHART = ("oci://ghcr.io/slinkyproject/charts/slurm-operator", None, sl.RELEASE.lstrip("v"))
 SLURM_OPERATOR_CRDS_CHART = ("oci://ghcr.io/slinkyproject/charts/slurm-operator-crds", None, sl.RELEASE.lstrip("v"))
+SLURM_OPERATOR_VALUES: dict[str, Any] = {"crds": {"enabled": False}}  # the CRDs chart, installed first, owns them
+"""Overrides of the charts' values; each key is checked against the chart's values.yaml (``charts/``)."""
 
 
 def _object(name: str, m: Manifest, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -118,7 +120,7 @@ class SlinkySlurm(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=self.provider)
         ns = args.options.namespace
         crds = _release(f"{name}-crds", SLURM_OPERATOR_CRDS_CHART, "slinky", {}, child)
-        operator = _release(f"{name}-operator", SLURM_OPERATOR_CHART, "slinky", {"crds": {"enabled": False}},
+        operator = _release(f"{name}-operator", SLURM_OPERATOR_CHART, "slinky", SLURM_OPERATOR_VALUES,
                             child.merge(pulumi.ResourceOptions(depends_on=[crds])))
         namespace = next(m for m in rendered.objects if m.kind == "Namespace")
         ns_res = _object(f"{name}-namespace", namespace, child)
