@@ -37,8 +37,9 @@ def _error(message: str, code: int, as_json: bool) -> NoReturn:
     fail(message, code)  # the error envelope on stdout under --json / -o json
 
 
-def _stack(name: str, program: Path, backend: Path | None, as_json: bool) -> Any:
+def _stack(name: str, program: Path | None, backend: Path | None, as_json: bool) -> Any:
     """The selected (or new) stack, after every check that needs no engine."""
+    program = program or PROGRAM
     if shutil.which("pulumi") is None:
         _error(INSTALL, BAD_INPUT, as_json)
     if not (program / "Pulumi.yaml").is_file():
@@ -56,7 +57,7 @@ def _stack(name: str, program: Path, backend: Path | None, as_json: bool) -> Any
     return auto.create_or_select_stack(stack_name=name, work_dir=str(program), opts=opts)
 
 
-def _run(verb: str, stack: str, program: Path, backend: Path | None, as_json: bool,
+def _run(verb: str, stack: str, program: Path | None, backend: Path | None, as_json: bool,
          act: Callable[[Any, Callable[[str], None]], Any]) -> None:
     from pulumi import automation as auto  # _stack checked it imports
 
@@ -77,24 +78,25 @@ def _run(verb: str, stack: str, program: Path, backend: Path | None, as_json: bo
 
 
 StackOpt = typer.Option(..., "--stack", help="The stack's name (its config: Pulumi.NAME.yaml beside the program).")
-ProgramOpt = typer.Option(PROGRAM, "--program", help="The stack program's directory.")
+# No default in the option itself: the path of the checkout would reach the help and docs/cli.md.
+ProgramOpt = typer.Option(None, "--program", help="The stack program's directory (default: racklife's stacks/cluster).")
 BackendOpt = typer.Option(None, "--backend", envvar="RACKLIFE_PULUMI_BACKEND",
                           help="Directory of the local state backend (default: $RACKLIFE_HOME/pulumi).")
 
 
-def up_cmd(stack: str = StackOpt, program: Path = ProgramOpt, backend: Path | None = BackendOpt,
+def up_cmd(stack: str = StackOpt, program: Path | None = ProgramOpt, backend: Path | None = BackendOpt,
            as_json: bool = JsonOpt) -> None:
     """Build the cluster stack: create or update every resource (nodes, pools, schedulers) with Pulumi."""
     _run("up", stack, program, backend, as_json, lambda s, say: s.up(on_output=say))
 
 
-def preview_cmd(stack: str = StackOpt, program: Path = ProgramOpt, backend: Path | None = BackendOpt,
+def preview_cmd(stack: str = StackOpt, program: Path | None = ProgramOpt, backend: Path | None = BackendOpt,
                 as_json: bool = JsonOpt) -> None:
     """Show what `racklife up` would change in the cluster stack; change nothing."""
     _run("preview", stack, program, backend, as_json, lambda s, say: s.preview(on_output=say))
 
 
-def destroy_cmd(stack: str = StackOpt, program: Path = ProgramOpt, backend: Path | None = BackendOpt,
+def destroy_cmd(stack: str = StackOpt, program: Path | None = ProgramOpt, backend: Path | None = BackendOpt,
                 yes: bool = typer.Option(False, "--yes", help="Do not ask before destroying."),
                 as_json: bool = JsonOpt) -> None:
     """Destroy the cluster stack: memberships leave their schedulers, then nodes are decommissioned (no erase)."""
