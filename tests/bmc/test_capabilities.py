@@ -48,7 +48,7 @@ def test_a_node_spec_answers_without_touching_its_bmc() -> None:
     assert supports(redfish, Capability.FIRMWARE) and supports(redfish, Capability.ERASE)
     assert capabilities(redfish) == set(Capability)
     reason = unsupported_reason(ipmi, Capability.FIRMWARE)
-    assert reason == ("firmware update needs a BMC with the firmware interface; the ipmi driver "
+    assert reason == ("a firmware update needs a BMC with the firmware interface; the ipmi driver "
                       "offers boot, inventory, power (use Redfish for this node)")
     assert unsupported_reason(redfish, Capability.FIRMWARE) is None
 

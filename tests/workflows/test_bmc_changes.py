@@ -50,13 +50,13 @@ def test_an_ipmi_node_cannot_take_either_change_and_a_step_refuses_it_clearly(
     assert bmc_changes.check(redfish, "firmware") is None
     assert bmc_changes.check(redfish, "bios") is None
     assert bmc_changes.check(ipmi, "bios") == (
-        "BIOS settings needs a BMC with the bios interface; the ipmi driver offers boot, "
+        "a BIOS change needs a BMC with the bios interface; the ipmi driver offers boot, "
         "inventory, power (use Redfish for this node)")
     # The steps refuse before building a driver: nothing is sent (the address is not ours).
-    with pytest.raises(NotSupported, match="firmware update needs a BMC with the firmware "
+    with pytest.raises(NotSupported, match="a firmware update needs a BMC with the firmware "
                        "interface; the ipmi driver"):
         bmc_changes.update_firmware(IPMI_NODE, "/does/not/matter.bin", "BMC")
-    with pytest.raises(NotSupported, match=r"BIOS settings needs .* the ipmi driver"):
+    with pytest.raises(NotSupported, match=r"a BIOS change needs .* the ipmi driver"):
         bmc_changes.set_bios(IPMI_NODE, {"SriovGlobalEnable": "Enabled"})
 
 

@@ -408,10 +408,10 @@ def capabilities_of(cls: type[object]) -> frozenset[Capability]:
 Iface = TypeVar("Iface", bound=_Interface)
 
 _STEP_WORDS: dict[Capability, str] = {
-    Capability.POWER: "power control", Capability.BOOT: "the boot device",
-    Capability.INVENTORY: "inventory", Capability.FIRMWARE: "firmware update",
-    Capability.BIOS: "BIOS settings", Capability.VIRTUAL_MEDIA: "virtual media",
-    Capability.ERASE: "secure erase",
+    Capability.POWER: "power control", Capability.BOOT: "setting the boot device",
+    Capability.INVENTORY: "reading the inventory", Capability.FIRMWARE: "a firmware update",
+    Capability.BIOS: "a BIOS change", Capability.VIRTUAL_MEDIA: "virtual media",
+    Capability.ERASE: "a secure erase",
 }
 
 
