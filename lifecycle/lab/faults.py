@@ -54,6 +54,10 @@ BMC_PROFILES: dict[str, tuple[str, dict[str, bool]]] = {
                        {"fail_tasks": True}),
     "erase-unverified": ("the BMC's secure erase task says Completed but the drive reads back Critical",
                          {"erase_leaves_data": True}),
+    "firmware-unapplied": ("the BMC's firmware update task says Completed but installs nothing (the version "
+                           "reads as before)", {"update_keeps_version": True}),
+    "bios-unapplied": ("staged BIOS settings are not applied at the next boot (they stay pending)",
+                       {"bios_settings_fail": True}),
 }
 
 FAULT_FILE = "fault.json"

@@ -4,7 +4,9 @@ The lab's BMCs are the Redfish emulator serving a mix of vendor trees and, for n
 IPMI emulator. On node-01 (iDRAC tree) an update is pulled by SimpleUpdate from the image
 server racklife starts on loopback; on node-03 (OpenBMC tree) it is pushed multipart; both
 must change the version the BMC reports. node-02 (iLO tree) takes a BIOS attribute with a
-reboot through its BMC and reads it back. node-04's IPMI BMC is refused before it is asked.
+reboot through its BMC and reads it back. With a BMC fault injected by `racklife lab fault`
+(a task that fails, an update that does not take) node-01's update exits 5 and its version
+stays. node-04's IPMI BMC is refused before it is asked.
 One test, in that order, on one lab.
 """
 
@@ -56,6 +58,20 @@ def test_firmware_and_bios_on_a_running_lab(lab: RunningLab, tmp_path: Path) -> 
     assert json.loads(res.stdout)["applied"] is True
     live = lab.racklife("bmc", "bios", "list", "node-02", "--json")
     assert json.loads(live.stdout)["attributes"]["Sriov"] == "Disabled"
+
+    # Faults of the BMC, injected through the lab: a task that fails, an update that does not take.
+    image = make_image(tmp_path / "again.tar", "BMC", "3.1.5")
+    for profile, said in (("bmc-tasks-fail", "ended Exception"),
+                          ("firmware-unapplied", "the update did not take")):
+        faulted = lab.racklife("lab", "fault", "node-01", profile, "--dir", str(lab.dir))
+        assert faulted.returncode == 0, faulted.stdout + faulted.stderr
+        res = lab.racklife("bmc", "firmware", "update", "node-01", "--file", str(image),
+                           "--component", "BMC")
+        assert res.returncode == 5, res.stdout + res.stderr
+        assert said in " ".join(res.stderr.split())
+        assert _version(lab, "node-01", "BMC") == "3.1.4"
+    assert lab.racklife("lab", "fault", "node-01", "bmc-healthy", "--dir",
+                        str(lab.dir)).returncode == 0
 
     refused = lab.racklife("bmc", "firmware", "update", "node-04", "--file",
                            str(tmp_path / "node-01.tar"), "--component", "BMC")
