@@ -60,7 +60,7 @@ EXAMPLES: dict[str, str] = {
     "bmc sensors": f"racklife bmc sensors --inventory {INV} --node r01-n01",
     "bmc firmware list": f"racklife bmc firmware list r01-n01 --inventory {INV} --json",
     "bmc firmware update": f"racklife bmc firmware update r01-n01 --inventory {INV} --file bmc-2.16.0.tar "
-                           "--component BMC --expect-version 2.16.0",
+                           "--component BMC --expect-version 2.16.0 --yes",
     "bmc bios list": f"racklife bmc bios list r01-n01 --inventory {INV} --pending",
     "bmc bios set": f"racklife bmc bios set r01-n01 SriovGlobalEnable=Enabled ProcVirtualization=Enabled "
                     f"--reboot --inventory {INV}",

@@ -6,8 +6,9 @@ update is done only when the component's version read back from FirmwareInventor
 BIOS settings are done only when the live Bios reads them back after the reboot that applies
 them. The node's BMC comes from the inventory; a BMC without the interface (IPMI) is refused
 before anything is sent. These commands act on the BMC directly, like the rest of
-`racklife bmc`: they do not drain the node (``racklife upgrade`` does), so a BIOS reboot
-happens only with ``--reboot``.
+`racklife bmc`: they do not drain the node (the rolling upgrade does), so a BIOS reboot
+happens only with ``--reboot``; both ask first (``--yes``, ``--dry-run``) and are refused on a
+node a scheduler is using unless ``--force``.
 
 Exit codes: 0 done (or already so), 2 bad input, 3 BMC unreachable, 4 auth failed, 5 the BMC
 refused or the change did not take (a failed task, a version that did not change, BIOS that
@@ -25,6 +26,7 @@ from typing import Annotated
 
 import typer
 
+from lifecycle.cli._change import Change, DryRunOpt, ForceOpt, YesOpt, go_ahead, in_service_guard
 from lifecycle.cli._common import JsonOpt, emit_json, emit_table, err_console, out_console
 from lifecycle.cli.bmc import DriverChoice, InventoryOpt, _bad, _error, _session, _Target
 from lifecycle.drivers.bmc.base import (
@@ -37,7 +39,7 @@ from lifecycle.drivers.bmc.base import (
     require,
 )
 from lifecycle.drivers.bmc.factory import unsupported_reason
-from lifecycle.drivers.bmc.firmware import update_firmware
+from lifecycle.drivers.bmc.firmware import find_component, update_firmware
 from lifecycle.drivers.boot.image_serve import check_host, serve_image
 from lifecycle.drivers.errors import NotSupported, OperationFailed
 from lifecycle.model.inventory import InventoryError, load_inventory
@@ -114,11 +116,14 @@ def firmware_update(
                                 "lab network).")] = "127.0.0.1",
     expect_version: Annotated[str | None, typer.Option(
         "--expect-version", help="Fail unless the component reads this version after.")] = None,
-    inventory: InventoryOpt = None, as_json: bool = JsonOpt,
+    inventory: InventoryOpt = None, yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+    force: bool = ForceOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Update one component, follow the BMC's task, and read the version back.
 
-    A task that fails, or a version that did not change, is a failure (exit 5).
+    A task that fails, or a version that did not change, is a failure (exit 5). Asks first
+    (--yes where there is no terminal; --dry-run to see what it would do), and is refused on
+    a node a scheduler is using unless --force.
     """
     if not file.is_file():
         _bad(f"{file}: no such file")
@@ -127,8 +132,14 @@ def firmware_update(
     except ValueError as exc:
         _bad(str(exc))
     wanted = None if method is MethodChoice.AUTO else UpdateMethod(method.value)
+    in_service_guard([node], "update the firmware of", force=force)
     with _node_session(inventory, node, Capability.FIRMWARE) as t:
         fw = require(t.driver, FirmwareInterface)
+        now = find_component(fw.firmware_inventory(), component, t.label)
+        go_ahead(Change(f"update firmware component {now.name}", [node],
+                        [f"{now.name} is {now.version} now; image {file.name}"
+                         + (f", expected {expect_version} after" if expect_version else "")]),
+                 yes=yes, dry_run=dry_run)
         result = update_firmware(fw, component, file, serve=partial(serve_image,
                                                                      host=serve_address),
                                  method=wanted, expect_version=expect_version,
@@ -186,23 +197,35 @@ def bios_set(
                          "back. Without it they stay staged for the next reset.")] = False,
     timeout: Annotated[float, typer.Option(
         "--timeout", help="Seconds to wait for the reboot and the read-back.")] = 900.0,
-    inventory: InventoryOpt = None, as_json: bool = JsonOpt,
+    inventory: InventoryOpt = None, yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+    force: bool = ForceOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Stage BIOS attributes and, once applied, read them back from the live Bios.
 
-    Attributes already set change nothing and reboot nothing.
+    Attributes already set change nothing and reboot nothing. A change asks first (--yes
+    where there is no terminal; --dry-run to see it); --reboot is refused on a node a
+    scheduler is using unless --force.
     """
     raw = _pairs(settings)
     if timeout <= 0:
         _bad("--timeout must be positive")
     when = {ApplyTimeChoice.AUTO: None, ApplyTimeChoice.ON_RESET: BiosApplyTime.ON_RESET,
             ApplyTimeChoice.IMMEDIATE: BiosApplyTime.IMMEDIATE}[apply_time]
+    if reboot:
+        in_service_guard([node], "reboot", force=force)
     with _node_session(inventory, node, Capability.BIOS) as t:
         bios = require(t.driver, BiosInterface)
+        current = bios.bios_attributes()
         try:
-            wanted = coerce_bios(bios.bios_attributes(), raw, t.label)
+            wanted = coerce_bios(current, raw, t.label)
         except OperationFailed as exc:
             _bad(exc.message)
+        differs = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if differs or dry_run:
+            effects = [f"{k}: {current.get(k)} → {v}" for k, v in sorted(differs.items())]
+            if reboot and differs:
+                effects.append("the node is reset to apply them (where they apply on reset)")
+            go_ahead(Change("set BIOS attributes", [node], effects), yes=yes, dry_run=dry_run)
         result = apply_bios(t.driver, wanted, BiosSettings(apply_time=when, reboot=reboot,
                                                            timeout_s=timeout))
     if as_json:

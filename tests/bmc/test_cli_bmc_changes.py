@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import yaml
 from typer.testing import CliRunner, Result
 
 from lifecycle.cli import app
 from lifecycle.lab.redfish_emulator import RedfishEmulator
 from lifecycle.lab.redfish_emulator.update_service import make_image
+from lifecycle.model.inventory import load_inventory
+from lifecycle.store import Store
+from lifecycle.store import db as dbm
 from tests.bmc.conftest import PASSWORD, USER, bmc_config
 
 ENV = "RACKLIFE_TEST_FW_BMC"
@@ -40,9 +44,13 @@ def lab(redfish_dir: Path, repo_dir: Path, tmp_path: Path) -> Iterator[tuple[Red
         yield emu, inventory
 
 
-def run(inventory: Path, *args: str) -> Result:
-    result = CliRunner().invoke(app, ["bmc", *args, "--inventory", str(inventory)],
-                                env={ENV: f"{USER}:{PASSWORD}"})
+def run(inventory: Path, *args: str, yes: bool = True) -> Result:
+    """`racklife bmc ARGS`; with ``yes``, a change command gets --yes (no terminal to ask on)."""
+    changes = args[:2] in (("firmware", "update"), ("bios", "set"))
+    extra = ["--yes"] if yes and changes else []
+    result = CliRunner().invoke(app, ["bmc", *args, *extra, "--inventory", str(inventory)],
+                                env={ENV: f"{USER}:{PASSWORD}",
+                                     "RACKLIFE_DB": f"sqlite:///{inventory.parent}/none.sqlite"})
     for text in (result.stdout, result.stderr):
         assert PASSWORD not in text
     return result
@@ -122,3 +130,50 @@ def test_bios_set_stages_then_reboot_applies_and_reads_back(
     assert live["attributes"]["ProcVirtualization"] == "Disabled"
     again = run(inventory, "bios", "set", "r01-n02", "ProcVirtualization=Disabled", "--reboot")
     assert again.exit_code == 0 and "nothing to do" in again.stdout
+
+
+def test_a_change_asks_first_and_dry_run_changes_nothing(lab: tuple[RedfishEmulator, Path],
+                                                         tmp_path: Path) -> None:
+    emu, inventory = lab
+    image = make_image(tmp_path / "fw.tar", "BMC", "8.8.8")
+    before = version(inventory, "r01-n01", "BMC")
+    unasked = run(inventory, "firmware", "update", "r01-n01", "--file", str(image),
+                  "--component", "BMC", yes=False)
+    assert unasked.exit_code == 5 and "without --yes" in " ".join(unasked.stderr.split())
+    dry = run(inventory, "firmware", "update", "r01-n01", "--file", str(image), "--component",
+              "BMC", "--dry-run", "--json", yes=False)
+    assert dry.exit_code == 0, dry.stderr
+    assert json.loads(dry.stdout)["action"] == "update firmware component Contoso BMC Firmware"
+    bios = run(inventory, "bios", "set", "r01-n02", "ProcVirtualization=Disabled", "--reboot",
+               "--dry-run", "--json", yes=False)
+    assert bios.exit_code == 0, bios.stderr
+    assert json.loads(bios.stdout)["effects"] == [
+        "ProcVirtualization: Enabled → Disabled",
+        "the node is reset to apply them (where they apply on reset)"]
+    assert version(inventory, "r01-n01", "BMC") == before
+    assert not emu.call(lambda: emu.states[TREES["r01-n01"]].tasks)
+    pending = json.loads(run(inventory, "bios", "list", "r01-n02", "--pending", "--json").stdout)
+    assert pending["pending"] == {}
+
+
+def test_a_node_a_scheduler_uses_is_refused_unless_forced(lab: tuple[RedfishEmulator, Path],
+                                                          tmp_path: Path) -> None:
+    _, inventory = lab
+    store = Store(f"sqlite:///{inventory.parent}/none.sqlite")  # the database run() names
+    try:
+        store.import_inventory(load_inventory(inventory))
+        with store.engine.begin() as conn:
+            conn.execute(sa.update(dbm.nodes).where(dbm.nodes.c.name == "r01-n01")
+                         .values(state="in_service"))
+    finally:
+        store.close()
+    image = make_image(tmp_path / "fw.tar", "BMC", "6.6.6")
+    refused = run(inventory, "firmware", "update", "r01-n01", "--file", str(image),
+                  "--component", "BMC")
+    assert refused.exit_code == 5 and "a scheduler is using it" in " ".join(refused.stderr.split())
+    assert run(inventory, "bios", "set", "r01-n01", "UsbControl=UsbDisabled",
+               "--reboot").exit_code == 5
+    forced = run(inventory, "firmware", "update", "r01-n01", "--file", str(image),
+                 "--component", "BMC", "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert version(inventory, "r01-n01", "BMC") == "6.6.6"

@@ -46,14 +46,14 @@ def test_firmware_and_bios_on_a_running_lab(lab: RunningLab, tmp_path: Path) -> 
         before = _version(lab, node, component)
         image = make_image(tmp_path / f"{node}.tar", "BMC", "3.1.4")
         res = lab.racklife("bmc", "firmware", "update", node, "--file", str(image),
-                           "--component", component, "--expect-version", "3.1.4", "--json")
+                           "--component", component, "--expect-version", "3.1.4", "--yes", "--json")
         assert res.returncode == 0, res.stdout + res.stderr
         done = json.loads(res.stdout)
         assert (done["before"], done["after"], done["method"]) == (before, "3.1.4", method)
         assert _version(lab, node, component) == "3.1.4"
 
     res = lab.racklife("bmc", "bios", "set", "node-02", "Sriov=Disabled", "--reboot", "--timeout",
-                       "120", "--json")
+                       "120", "--yes", "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     assert json.loads(res.stdout)["applied"] is True
     live = lab.racklife("bmc", "bios", "list", "node-02", "--json")
@@ -66,7 +66,7 @@ def test_firmware_and_bios_on_a_running_lab(lab: RunningLab, tmp_path: Path) -> 
         faulted = lab.racklife("lab", "fault", "node-01", profile, "--dir", str(lab.dir))
         assert faulted.returncode == 0, faulted.stdout + faulted.stderr
         res = lab.racklife("bmc", "firmware", "update", "node-01", "--file", str(image),
-                           "--component", "BMC")
+                           "--component", "BMC", "--yes")
         assert res.returncode == 5, res.stdout + res.stderr
         assert said in " ".join(res.stderr.split())
         assert _version(lab, "node-01", "BMC") == "3.1.4"
@@ -74,6 +74,6 @@ def test_firmware_and_bios_on_a_running_lab(lab: RunningLab, tmp_path: Path) -> 
                         str(lab.dir)).returncode == 0
 
     refused = lab.racklife("bmc", "firmware", "update", "node-04", "--file",
-                           str(tmp_path / "node-01.tar"), "--component", "BMC")
+                           str(tmp_path / "node-01.tar"), "--component", "BMC", "--yes")
     assert refused.returncode == 5, refused.stdout + refused.stderr
     assert "the ipmi driver offers boot, inventory, power" in " ".join(refused.stderr.split())
