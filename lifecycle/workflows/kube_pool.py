@@ -33,7 +33,7 @@ from lifecycle.drivers.kube.types import EvictionBackoff
 from lifecycle.model.skus import SKUS
 from lifecycle.store import shared_store
 from lifecycle.workflows.leasing import release_leases, take_leases
-from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state, transition
 from lifecycle.workflows.retry import step
 from lifecycle.workflows.slurm_pool import PoolOutcome, valid_acceptance
 
@@ -149,10 +149,11 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
     """Take an accepted (or drained, or join_failed) node of a Kubernetes pool into service."""
     out = PoolOutcome(node, False, node_state(node))
     store = shared_store()
-    rec = store.get(node)
-    pool = store.pool(rec.pool)
+    rec = store.get(node)  # its sku only; the pool comes journaled (a replay must see what the run saw)
+    pool_name = node_pool(node)
+    pool = store.pool(pool_name)
     if pool.scheduler != "kubernetes":
-        out.reason = f"pool '{rec.pool}' is not a Kubernetes pool (scheduler: {pool.scheduler})"
+        out.reason = f"pool '{pool_name}' is not a Kubernetes pool (scheduler: {pool.scheduler})"
         return out
     try:
         foreign = kube_holder(node, s)
@@ -171,7 +172,7 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
         return out
     if out.state != "joining":
         try:
-            transition(node, "join", f"join Kubernetes pool {rec.pool}", acceptance_record=record)
+            transition(node, "join", f"join Kubernetes pool {pool_name}", acceptance_record=record)
         except Exception as exc:  # IllegalTransition or StoreError, already journaled by DBOS
             out.reason = str(exc)
             return out
@@ -182,7 +183,7 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
     report: dict[str, Any] = {}
     try:
         report["ready"] = kube_wait_ready(node, SKUS[rec.sku].gpu_count, s)
-        report["pool"] = kube_set_pool(node, rec.pool, s)
+        report["pool"] = kube_set_pool(node, pool_name, s)
         report["uncordon"] = kube_lift_own_cordon(node, s)
     except DriverError as exc:
         out.report = report
@@ -190,7 +191,7 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
         out.state = transition(node, "join_fail", out.reason[:500])
         return out
     out.report = report
-    out.state = transition(node, "join_done", f"in service in Kubernetes pool {rec.pool} (Ready, "
+    out.state = transition(node, "join_done", f"in service in Kubernetes pool {pool_name} (Ready, "
                                               f"{report['ready']['gpus']} nvidia.com/gpu allocatable)")
     out.ok = True
     return out

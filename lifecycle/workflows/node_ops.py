@@ -35,3 +35,13 @@ def transition(node: str, event: str, reason: str, actor: str = Actor.WORKFLOW.v
 def node_state(node: str) -> str:
     store = shared_store()
     return store.get(node).state.value
+
+
+@step(idempotent=True)
+def node_pool(node: str) -> str:
+    """The node's pool as this run saw it, journaled: a recovered run replays what it saw, not what is now.
+
+    A role swap moves the node's pool mid-run; a body that read the store directly took another branch on
+    replay than on the first run (DBOS: "transition was recorded when release_leases was expected").
+    """
+    return shared_store().get(node).pool

@@ -45,7 +45,7 @@ from lifecycle.store import leases, shared_store
 from lifecycle.workflows import accept, kube_pool, slurm_pool
 from lifecycle.workflows.elastic import slurm_registered
 from lifecycle.workflows.leasing import release_leases, take_leases
-from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state, transition
 from lifecycle.workflows.retry import step
 from lifecycle.workflows.roleswap_checks import Checked, SwapSettings, prechecks
 
@@ -130,7 +130,7 @@ def _leave(node: str, source: str, s: SwapSettings) -> slurm_pool.PoolOutcome:
 
 
 def _join(node: str, s: SwapSettings) -> slurm_pool.PoolOutcome:
-    if _scheduler(shared_store().get(node).pool) == "slurm":
+    if _scheduler(node_pool(node)) == "slurm":
         return slurm_pool.PoolOutcome(**slurm_pool._join(node))
     return kube_pool.join_body(node, s.kube)
 
@@ -187,7 +187,7 @@ def _quarantine(node: str, out: SwapOutcome, why: str, s: SwapSettings) -> None:
 def _hold_quarantined(node: str, s: SwapSettings, why: str, out: SwapOutcome) -> None:
     """A quarantined node must take no work in its current pool's scheduler: racklife's drain or cordon."""
     try:
-        if _scheduler(shared_store().get(node).pool) == "kubernetes":
+        if _scheduler(node_pool(node)) == "kubernetes":
             out.rollback["held"] = kube_pool.kube_cordon(node, f"quarantined: {why}"[:200], s.kube)
         else:
             out.rollback["held"] = accept.quarantine_in_slurm(node, why[:200])
@@ -206,7 +206,7 @@ def role_swap(node: str, s: SwapSettings) -> dict[str, Any]:
         return asdict(SwapOutcome(node, "", s.target, state=node_state(node), reason=held[node]))
     try:
         out = _swap(node, s)
-        out.pool = shared_store().get(node).pool
+        out.pool = node_pool(node)
         return asdict(out)
     finally:
         release_leases()

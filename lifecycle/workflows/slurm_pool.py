@@ -30,7 +30,7 @@ from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
 from lifecycle.store import shared_store
 from lifecycle.workflows.leasing import release_leases, take_leases
-from lifecycle.workflows.node_ops import current_run_id, node_state, transition
+from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state, transition
 from lifecycle.workflows.retry import step
 
 
@@ -48,9 +48,8 @@ def _driver() -> SlurmDriver:
 
 
 def _pool_of(node: str) -> tuple[str, Pool]:
-    store = shared_store()
-    rec = store.get(node)
-    return rec.pool, store.pool(rec.pool)
+    name = node_pool(node)  # journaled: workflow bodies must not branch on a bare store read
+    return name, shared_store().pool(name)
 
 
 @step(idempotent=True)

@@ -12,7 +12,10 @@ in the training partition; node-02 moves under ``requeue`` (its job is
 requeued and completes on another node) with the controller SIGKILLed in the
 drain wait, and the next `racklife role-swap` finishes that run exactly once;
 a fault injected into node-03 while it serves fails the re-test: quarantined,
-not joined, the reason recorded. The lab's role-switch hook (exported by
+not joined, the reason recorded; after `apply` moved node-01/02 back to
+training, node-02 moves to inference again with the controller SIGKILLed in
+the re-test (after its pool moved), and the next `racklife role-swap`
+finishes that run exactly once too. The lab's role-switch hook (exported by
 `racklife lab env`) stops or boots the node's slurmd and registers its Node.
 """
 
@@ -261,7 +264,30 @@ def _apply_of_a_changed_pool_is_a_role_swap(lab: RunningLab) -> None:
         assert res.returncode == 0 and report["converged"], report
 
 
-SCENARIOS = [(_a_dry_run_prints_the_plan_and_changes_nothing, False), (_a_swap_that_breaks_the_floor_is_refused_with_the_numbers, True), (_training_to_inference_waits_for_the_running_job, True), (_inference_to_training_waits_for_a_budget_then_completes, False), (_the_controller_killed_in_the_drain_wait_is_finished_exactly_once, False), (_training_to_inference_requeues_the_job_which_completes_elsewhere, False), (_a_retest_failure_quarantines_and_does_not_join, False), (_apply_of_a_changed_pool_is_a_role_swap, False)]
+def _the_controller_killed_in_the_retest_is_finished_exactly_once(lab: RunningLab) -> None:
+    """Cut off after the pool moved (node burning_in): the recovered run replays what it saw, not the store.
+
+    The Slurm leave read the node's pool from the store: on replay it was already the target, the leave took
+    its "not a Slurm pool" branch and DBOS failed the run ("transition was recorded when release_leases was
+    expected"), leaving the node burning_in for an operator.
+    """
+    assert node(lab, "node-02")["pool"] == "training" and node(lab, "node-02")["state"] == "in_service"
+    with subprocess.Popen([EXE, "role-swap", "node-02", "--to", "inference", "--json"],
+                          env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True) as first:
+        wait_for(lambda: store_state(lab, "node-02") == "burning_in", 120, "the swap's re-test of node-02")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    assert node(lab, "node-02")["pool"] == "inference"  # cut off after the move, in the re-test
+    run = next(h["run_id"] for h in reversed(history(lab, "node-02")) if h["event"] == "drain")
+    code, out = swap(lab, "node-02", "--to", "inference")  # finishes the cut-off run
+    assert code == 0, out
+    assert out[0]["ok"] and out[0]["pool"] == "inference" and out[0]["state"] == "in_service", out
+    events = [h["event"] for h in history(lab, "node-02") if h["run_id"] == run]
+    assert events.count("drain") == 1 and events.count("join_done") == 1, events
+
+
+SCENARIOS = [(_a_dry_run_prints_the_plan_and_changes_nothing, False), (_a_swap_that_breaks_the_floor_is_refused_with_the_numbers, True), (_training_to_inference_waits_for_the_running_job, True), (_inference_to_training_waits_for_a_budget_then_completes, False), (_the_controller_killed_in_the_drain_wait_is_finished_exactly_once, False), (_training_to_inference_requeues_the_job_which_completes_elsewhere, False), (_a_retest_failure_quarantines_and_does_not_join, False), (_apply_of_a_changed_pool_is_a_role_swap, False), (_the_controller_killed_in_the_retest_is_finished_exactly_once, False)]
 
 
 def test_role_swap_scenarios_in_order(lab: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> None:
