@@ -44,7 +44,7 @@ EXAMPLES: dict[str, str] = {
     "boot serve": "racklife boot serve --listen 0.0.0.0:8069 --url http://10.0.0.1:8069",
     "slurm render": f"racklife slurm render --inventory {INV} --out /etc/slurm",
     "slurm status": "racklife slurm status --json",
-    "slurm join": "racklife slurm join r01-n01 r01-n02",
+    "slurm join": "racklife slurm join 'r01-n[01-02]'",
     "slurm leave": "racklife slurm leave r01-n01 --policy requeue --reason 'fan swap' --yes",
     "slurm suspend-program": "racklife slurm suspend-program 'r01-n[01-04]'",
     "slurm resume-program": "racklife slurm resume-program 'r01-n[01-04]'",

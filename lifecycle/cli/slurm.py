@@ -23,7 +23,7 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
-from lifecycle.cli._select import expand_names
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.slurm.driver import SlurmDriver
@@ -143,6 +143,17 @@ def _known(nodes: list[str]) -> None:
         store.close()
 
 
+def _targets(nodes: list[str] | None, rack: list[str], pool: list[str], all_: bool, selector: str | None) -> list[str]:
+    """The nodes named the one way every command names them (lifecycle/cli/_select.py)."""
+    from lifecycle.store import Store
+
+    store = Store()
+    try:
+        return select(store, nodes or [], racks=rack, pools=pool, all_=all_, selector=selector)
+    finally:
+        store.close()
+
+
 def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
     from lifecycle.cli._runs import controller, progress
     from lifecycle.workflows import slurm_pool
@@ -171,15 +182,17 @@ def print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
 
 
 @app.command()
-def join(nodes: list[str] = typer.Argument(..., help="Node names or hostlists (node-[01-04])."),
-         as_json: bool = JsonOpt) -> None:
+def join(nodes: list[str] = typer.Argument(None, help="Node names or hostlists (node-[01-04])."),
+         rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt,
+         selector: str | None = SelectorOpt, as_json: bool = JsonOpt) -> None:
     """Put accepted nodes in their pool's partition and resume them (only drains racklife set)."""
-    print_outcomes(_run_pool_workflow("join", expand_names(nodes)), as_json)
+    print_outcomes(_run_pool_workflow("join", _targets(nodes, rack, pool, all_, selector)), as_json)
 
 
 @app.command()
 def leave(
-    nodes: list[str] = typer.Argument(..., help="Node names or hostlists (node-[01-04])."),
+    nodes: list[str] = typer.Argument(None, help="Node names or hostlists (node-[01-04])."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     policy: str | None = typer.Option(None, "--policy", help="wait|requeue|cancel (default: the pool's)."),
     deadline: float | None = typer.Option(None, "--deadline", min=0, help="Seconds to wait for running jobs."),
     reason: str = typer.Option("leaving the pool", "--reason", help="Human reason, after racklife's prefix."),
@@ -193,8 +206,7 @@ def leave(
     """
     if policy is not None and policy not in ("wait", "requeue", "cancel"):
         fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
-    nodes = expand_names(nodes)
-    _known(nodes)
+    nodes = _targets(nodes, rack, pool, all_, selector)
     try:
         jobs = [j for j in SlurmDriver(CommandRunner(), None).jobs() if j.active and set(j.nodes) & set(nodes)]
     except DriverError as exc:

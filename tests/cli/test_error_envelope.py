@@ -98,6 +98,16 @@ def test_each_failure_has_its_code_and_the_envelope(home: Path, case: str) -> No
     assert err["message"] and res.stderr.startswith("error: "), (case, err, res.stderr)  # people read stderr
 
 
+def test_yaml_gets_the_envelope_as_yaml(home: Path) -> None:
+    import yaml
+
+    res = racklife(home, "node", "show", "r09-n01", "-o", "yaml")
+    assert res.returncode == 2
+    assert yaml.safe_load(res.stdout)["error"] == {"code": "bad_input", "exit_code": 2,
+                                                  "message": "no node named 'r09-n01' in the store (import an "
+                                                             "inventory first)"}
+
+
 def test_text_mode_prints_no_json_and_the_problem_has_file_line_field(home: Path) -> None:
     res = racklife(home, "inventory", "validate", _in(home, "bad.yaml"), "-o", "json")
     err = json.loads(res.stdout)["error"]

@@ -84,7 +84,9 @@ def test_commands_take_the_same_names(home: Path) -> None:
     prov = racklife(home, "provision", "r01-n[01-02]", "--rack", "r01")
     assert prov.returncode == 2 and "name the nodes one way" in prov.stderr
     leave = racklife(home, "slurm", "leave", "r01-n[01-02],r09-n01", "--dry-run")
-    assert leave.returncode == 2 and "no node named 'r09-n01'" in leave.stderr
+    assert leave.returncode == 2 and "unknown node(s): r09-n01" in leave.stderr
+    join = racklife(home, "slurm", "join", "--pool", "gaming")
+    assert join.returncode == 2 and "unknown pool(s): gaming" in join.stderr
 
 
 def test_an_empty_store_says_which_store(tmp_path: Path) -> None:
