@@ -147,3 +147,29 @@ def test_the_plan_hook_turns_racklife_work_into_an_update() -> None:
     assert planned["steps"] == [] and warnings == ["racklife will not act through a blocker on n1"]
     planned, _ = _plan(node | {"pool": "inference"}, {"pool"})  # a config change: a role swap
     assert planned["steps"] is Unknown and planned["pool"] == "inference"
+
+
+def test_a_firmware_baseline_the_bmc_does_not_match_is_a_step_racklife_cannot_take() -> None:
+    from datetime import UTC, datetime
+
+    from lifecycle.model.states import State
+    from lifecycle.planner.observed import BmcSeen, Observation
+    from lifecycle.planner.plan import NodePlan
+    from stacks.terraform.fleet import view_of
+
+    seen = Observation("n1", datetime.now(UTC), State.IN_SERVICE, "training",
+                       bmc=BmcSeen("on", {"BMC": "1.2", "BIOS": "2.0"}))
+    plan = NodePlan("n1", "in_service")
+    same = view_of("n1", plan, seen, "training", NodeWant("n1", "training", firmware={"BMC": "1.2"}))
+    assert same.steps == () and same.cannot == () and same.firmware == {"BMC": "1.2", "BIOS": "2.0"}
+    off = view_of("n1", plan, seen, "training", NodeWant("n1", "training", firmware={"BIOS": "2.1", "NIC": "9"}))
+    assert off.cannot == off.steps and len(off.steps) == 2, off.steps
+    assert "BIOS is 2.0; the baseline says 2.1" in off.steps[0] and "NIC is not reported by the BMC" in off.steps[1]
+
+
+def test_without_terraform_the_tests_fail_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.terraform.tfhelp import terraform_bin
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(pytest.fail.Exception, match="the terraform binary is not on PATH"):
+        terraform_bin()
