@@ -45,7 +45,10 @@ from lifecycle.store import connect, db
 # power cycle (boot_attempt, run once); steps declare idempotency (workflows/retry.py).
 # 0.6: elastic lend/reclaim run the Kubernetes join/leave steps of kube_pool (wait_ready, set
 # pool, lift own cordon; cordon, drain as the run) instead of their own.
-APP_VERSION = "racklife-0.6"
+# 0.7: provisioning in three steps, not six (begin and inspect; network boot and power cycle;
+# phone-home and verdict: each journal write was controller CPU); a role swap reserves its
+# source pool's floor as a step (reserve_floor) after its pre-checks.
+APP_VERSION = "racklife-0.7"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None

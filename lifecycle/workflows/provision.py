@@ -2,8 +2,9 @@
 
 One durable workflow per node; a parent workflow fans them out through a DBOS
 queue whose worker concurrency is ``--max-in-flight``. One journaled step per
-phase (begin, inspect, boot attempt, verify): each reads the actual state
-first and is safe to run again; the power cycle is claimed in the store, with
+phase (begin and inspect, boot attempt, phone-home and verdict): each reads
+the actual state first and is safe to run again (each journal write costs
+the controller CPU, so a phase is one step, not one per call); the power cycle is claimed in the store, with
 the attempt's token, before it is sent, so a controller killed mid-rack never
 cycles a node twice for the same attempt. Boot: set one-time network boot,
 power cycle, wait for the node to phone home with its single-use token (a
@@ -41,7 +42,7 @@ from lifecycle.store import boot as boot_store
 from lifecycle.workflows.engine import step_token
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id, transition
-from lifecycle.workflows.retry import step
+from lifecycle.workflows.retry import retrier, step
 
 log = logging.getLogger(__name__)
 
@@ -197,13 +198,11 @@ def _bmc_failure(exc: DriverError) -> str:
     return f"BMC {type(exc).__name__.lower()}: {exc.message}"
 
 
-@step(idempotent=True)
-def begin_run(node: str, image_label: str) -> str:
+def _begin(store: Store, node: str, image_label: str) -> State:
     """Enter this run's first state; return it: inspecting, provisioning, or where the node is.
 
-    Cut off after its commit, the step runs again and finds the state it set.
+    Run again (a step cut off after its commit), it finds the state it set.
     """
-    store = shared_store()
     state = store.get(node).state
     run = current_run_id()
     if state in (State.ENROLLED, State.INSPECT_FAILED):
@@ -212,44 +211,43 @@ def begin_run(node: str, image_label: str) -> str:
     elif state in (State.AVAILABLE, State.PROVISION_FAILED, State.PROVISIONED):
         state = store.transition(node, "provision", Actor.WORKFLOW, f"provision with image {image_label}",
                                  run_id=run).target
-    return state.value
+    return state
 
 
 @step(idempotent=True)
-def inspect_node(node: str, image_label: str) -> str:
-    """Compare the BMC's inventory with the inventory file; on a match, go on to provisioning.
+def begin_run(node: str, image_label: str) -> dict[str, Any]:
+    """Begin the run and, from ``inspecting``, inspect: ``state`` (where the node is now),
+    ``inspected`` and ``reason``.
 
-    Returns "" when the node is now ``provisioning``, else why inspection
-    failed (the caller records ``inspect_fail``); a BMC error is raised (a
-    temporary one is retried). A re-run after a crash that landed past the
-    commit finds the node provisioning and returns "".
+    One step for both (one journal write, not two): from enrolled or a failed inspection the
+    node enters ``inspecting`` and the BMC's inventory is compared with the inventory file; on
+    a match it moves on to ``provisioning`` (``reason`` ""), else ``reason`` says why inspection
+    failed (the caller records ``inspect_fail``). A BMC error is raised (a temporary one is
+    retried: every part reads first). A re-run after a crash finds the state it set.
     """
     store = shared_store()
-    if store.get(node).state is State.PROVISIONING:
-        return ""
+    state = _begin(store, node, image_label)
+    if state is not State.INSPECTING:
+        return {"state": state.value, "inspected": False, "reason": ""}
     driver, spec = _bmc(node)
     problems = _mismatches(spec, driver.inspect())
     if problems:
-        return "; ".join(problems)
-    store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
-                             ("provision", f"provision with image {image_label}")],
-                      Actor.WORKFLOW, run_id=current_run_id())
-    return ""
-
-
-@step(idempotent=True)
-def set_network_boot(node: str) -> None:
-    """Ask the BMC for a one-time network boot: setting it again is harmless, so it is retried."""
-    driver, _ = _bmc(node)
-    driver.set_boot(BootDevice.PXE, once=True)
+        return {"state": state.value, "inspected": True, "reason": "; ".join(problems)}
+    done = store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
+                                    ("provision", f"provision with image {image_label}")],
+                             Actor.WORKFLOW, run_id=current_run_id())
+    return {"state": done.target.value, "inspected": True, "reason": ""}
 
 
 @step(idempotent=False)
 def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url: str,
                  ttl_s: float, wait_s: float) -> dict[str, Any]:
-    """The power cycle of one attempt (the one-time network boot is already set): ``reason``
-    ("" when under way, else why it could not start) and ``until``, the time (epoch seconds)
-    its phone-home is waited for.
+    """One boot attempt: the one-time network boot, then the power cycle. ``reason`` ("" when
+    under way, else why it could not start) and ``until``, the time (epoch seconds) its
+    phone-home is waited for.
+
+    Setting the network boot again is harmless, so that call is retried under the site's
+    policy (``retry.retrier``) inside this step; the cycle is not.
 
     ``until`` is journaled with the step, so a run resumed after a crash waits
     for the same deadline, not a fresh one.
@@ -265,6 +263,7 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
     run = current_run_id()
     try:
         driver, spec = _bmc(node)
+        retrier().call(driver.set_boot, BootDevice.PXE, once=True)
         img = BootImage.from_json(image)
         if boot_store.claim_boot(store, step_token(run, f"power_cycle:{attempt}"), node,
                                  spec.boot_mac(), run, attempt,
@@ -277,14 +276,16 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
 
 
 @step(idempotent=True)
-def await_phone_home(node: str, attempt: int, until: float) -> dict[str, Any] | None:
+def await_phone_home(node: str, attempt: int, until: float, image: dict[str, Any]) -> dict[str, Any]:
     """Wait for boot ``attempt`` of this run to phone home, until ``until`` (epoch seconds,
-    journaled by ``boot_attempt``): the node's report, or None at the deadline or when a
-    later boot of the node superseded this one.
+    journaled by ``boot_attempt``), then verify what the node reported and record the outcome.
 
-    The report is the one the boot server stored when it spent the token, so no message
-    has to reach this process: a step cut off by a crash runs again, finds the report or
-    waits for the same deadline.
+    ``phoned`` is False at the deadline or when a later boot of the node superseded this one
+    (nothing recorded: the caller tries the next attempt); else ``reason`` is "" when the node
+    is provisioned, or why not (``provision_fail`` recorded). The report is the one the boot
+    server stored when it spent the token, so no message has to reach this process: a step
+    cut off by a crash runs again, finds the report (and its recorded transition, a replay)
+    or waits for the same deadline.
     """
     store = shared_store()
     run = current_run_id()
@@ -293,20 +294,17 @@ def await_phone_home(node: str, attempt: int, until: float) -> dict[str, Any] | 
         if spent:
             if report is None:
                 log.info("%s: boot attempt %d was superseded by a later boot", node, attempt)
-            return report
+                return {"phoned": False, "reason": ""}
+            return {"phoned": True, "reason": _record_verdict(store, node, report, BootImage.from_json(image))}
         remaining = until - time.time()
         if remaining <= 0:
-            return None
+            return {"phoned": False, "reason": ""}
         WATCH.wait(run, attempt, remaining)
 
 
-@step(idempotent=True)
-def verify_boot(node: str, report: dict[str, Any], image: dict[str, Any]) -> str:
-    """Verify what the node reported and record the outcome; "" when provisioned, else why not."""
-    store = shared_store()
-    spec = store.get(node).node()
-    img = BootImage.from_json(image)
-    problems = _verify(report, spec, img)
+def _record_verdict(store: Store, node: str, report: dict[str, Any], img: BootImage) -> str:
+    """Verify the report against the node's record and the image; "" when provisioned, else why not."""
+    problems = _verify(report, store.get(node).node(), img)
     run = current_run_id()
     if problems:
         reason = "; ".join(problems)
@@ -347,28 +345,21 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
     try:
         image = cfg.image(image_name)
         label = image_name or cfg.default_image
-        state = begin_run(node, label)
-        if state == State.INSPECTING.value:
-            try:
-                reason = inspect_node(node, label)
-            except DriverError as exc:  # after the retries the policy allows
-                reason = _bmc_failure(exc)
+        try:
+            begun = begin_run(node, label)
+        except DriverError as exc:  # after the retries the policy allows
+            begun = {"state": State.INSPECTING.value, "inspected": True, "reason": _bmc_failure(exc)}
+        state = begun["state"]
+        if begun["inspected"]:
             out.steps.append("inspect")
-            if reason:
-                out.state, out.reason = transition(node, "inspect_fail", reason), reason
-                return asdict(out)
-            state = State.PROVISIONING.value
+        if begun["reason"]:
+            out.state, out.reason = transition(node, "inspect_fail", begun["reason"]), begun["reason"]
+            return asdict(out)
         if state != State.PROVISIONING.value:
             out.state, out.reason = state, f"node is {state}; provisioning needs enrolled, available or failed"
             return asdict(out)
-        report: dict[str, Any] | None = None
+        verdict: dict[str, Any] = {"phoned": False, "reason": ""}
         for attempt in range(1, cfg.attempts + 1):
-            try:
-                set_network_boot(node)
-            except DriverError as exc:
-                _release_bmc(run)
-                out.state, out.reason = transition(node, "provision_fail", _bmc_failure(exc)), _bmc_failure(exc)
-                return asdict(out)
             started = boot_attempt(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home",
                                    cfg.boot_timeout_s * 2, cfg.boot_timeout_s)
             _release_bmc(run)
@@ -377,14 +368,14 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
                 out.reason = started["reason"]
                 return asdict(out)
             out.steps.append(f"boot attempt {attempt}")
-            report = await_phone_home(node, attempt, started["until"])
-            if report is not None:
+            verdict = await_phone_home(node, attempt, started["until"], asdict(image))
+            if verdict["phoned"]:
                 break
-        if report is None:
+        if not verdict["phoned"]:
             reason = f"no phone-home after {cfg.attempts} boot(s) of {cfg.boot_timeout_s:.0f} s each"
             out.state, out.reason = transition(node, "provision_fail", reason), reason
             return asdict(out)
-        out.reason = verify_boot(node, report, asdict(image))
+        out.reason = verdict["reason"]
         out.ok = not out.reason
         out.state = State.PROVISIONED.value if out.ok else State.PROVISION_FAILED.value
         return asdict(out)

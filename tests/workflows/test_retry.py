@@ -153,15 +153,14 @@ def test_only_idempotent_steps_are_retried(sleeps: list[float]) -> None:
 def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
     declared = {
         fn.__name__: is_idempotent(fn)
-        for fn in (provision.begin_run, provision.inspect_node, provision.set_network_boot,
-                   provision.boot_attempt, provision.await_phone_home, provision.verify_boot,
+        for fn in (provision.begin_run, provision.boot_attempt, provision.await_phone_home,
                    node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
                    slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty,
                    elastic.lendable_pool, elastic.slurm_hold, elastic.slurm_release, elastic.switch_role,
                    kube_pool.kube_holder, kube_pool.kube_wait_ready, kube_pool.kube_set_pool,
                    kube_pool.kube_lift_own_cordon, kube_pool.kube_cordon, kube_pool.kube_drain,
                    elastic.acceptance_record_id, elastic.slurm_registered, roleswap.now, roleswap.swap_checks,
-                   roleswap.move_pool, roleswap.swap_role, roleswap.lift_own_drain, roleswap.record_swap,
+                   roleswap.reserve_floor, roleswap.move_pool, roleswap.swap_role, roleswap.lift_own_drain, roleswap.record_swap,
                    accept.burn_in,
                    accept.multi_node, accept.judge_and_record, accept.quarantine_in_slurm,
                    accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases,
