@@ -16,10 +16,14 @@ import getpass
 import os
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from lifecycle.workflows.roleswap_checks import SwapSettings
 
 from lifecycle.cli._common import (
     BAD_INPUT,
@@ -113,7 +117,7 @@ def role_swap_cmd(
     _print(outcomes, as_json)
 
 
-def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
+def _run(names: list[str], settings: SwapSettings) -> list[dict[str, Any]]:
     from lifecycle.cli._runs import controller
     from lifecycle.workflows import roleswap
 
@@ -127,8 +131,19 @@ def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
                                   "settings it started with", markup=False)
                 handles.append(ctl.handle(cut_off[n].run_id))
             else:
-                handles.append(ctl.start(roleswap.role_swap, n, settings, nodes=[n]))
+                handles.append(ctl.start(roleswap.role_swap, n, node_settings(settings, n), nodes=[n]))
         return [h.get_result() for h in handles]
+
+
+def node_settings(settings: SwapSettings, node: str) -> SwapSettings:
+    """The swap of one node of a request: its re-test works (and writes its evidence) in its own folder.
+
+    The runs of one request re-test their nodes at the same time, each its own acceptance run;
+    sharing one work folder, the second to finish found the first's evidence bundle there and
+    failed ("an evidence bundle is written once"), leaving its node out of both pools.
+    """
+    work = Path(settings.accept.work_dir) / node
+    return replace(settings, accept=replace(settings.accept, work_dir=str(work), report_dir=str(work / "reports")))
 
 
 def _print_dry_run(report: list[dict[str, Any]], as_json: bool) -> None:

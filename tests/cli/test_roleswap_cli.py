@@ -72,3 +72,22 @@ def test_a_dry_run_of_a_node_not_in_service_is_refused_and_records_nothing(tmp_p
         assert store.get("r01-n01").pool == "training"
     finally:
         store.close()
+
+
+def test_each_node_of_a_request_is_re_tested_in_its_own_folder(tmp_path: Path) -> None:
+    """Two swaps of one request re-test at the same time: one shared folder made the second's evidence
+    bundle fail ("written once") and left its node between pools (seen by bench/roleswap.py)."""
+    from lifecycle.cli.roleswap import node_settings
+    from lifecycle.workflows.accept import AcceptSettings
+    from lifecycle.workflows.kube_pool import KubeSettings
+    from lifecycle.workflows.roleswap_checks import SwapSettings
+
+    work = tmp_path / "role-swap-1"
+    s = SwapSettings(target="inference", operator="op", kube=KubeSettings(str(tmp_path / "kubeconfig")),
+                     accept=AcceptSettings(level="quick", work_dir=str(work), report_dir=str(work / "reports"),
+                                           operator="op", ssh_config=str(tmp_path / "ssh")),
+                     batch=("node-01", "node-02"))
+    dirs = {n: Path(node_settings(s, n).accept.work_dir) for n in s.batch}
+    assert dirs == {"node-01": work / "node-01", "node-02": work / "node-02"}
+    assert {Path(node_settings(s, n).accept.report_dir) for n in s.batch} == {d / "reports" for d in dirs.values()}
+    assert node_settings(s, "node-01").batch == s.batch  # the floor still counts the whole request
