@@ -210,3 +210,27 @@ def set_bios(node: str, attrs: dict[str, object],
         return asdict(apply_bios(bmc, attrs, settings or BiosSettings()))
     finally:
         bmc.close()
+
+
+@step(idempotent=True)  # reads only
+def bios_values(node: str, keys: list[str]) -> dict[str, object]:
+    """The live values of ``keys`` on ``node`` (what a BIOS change would be undone to)."""
+    bmc = _node_bmc(node, Capability.BIOS)
+    try:
+        live = require(bmc, BiosInterface).bios_attributes()
+        return {k: live[k] for k in keys if k in live}
+    finally:
+        bmc.close()
+
+
+@step(idempotent=True)  # reads only
+def firmware_version(node: str, component: str) -> str:
+    """The version ``node``'s BMC reports for ``component`` now."""
+    from lifecycle.drivers.bmc.firmware import find_component
+
+    bmc = _node_bmc(node, Capability.FIRMWARE)
+    try:
+        fw = require(bmc, FirmwareInterface)
+        return find_component(fw.firmware_inventory(), component, fw.target).version
+    finally:
+        bmc.close()

@@ -7,12 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lifecycle.drivers.bmc.base import BiosApplyTime, Credentials
 from lifecycle.drivers.bmc.fake import FakeBmc, ManualClock
 from lifecycle.drivers.bmc.redfish import RedfishDriver
 from lifecycle.drivers.errors import NotSupported, OperationFailed
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
+from lifecycle.lab.redfish_emulator.update_service import make_image
 from lifecycle.model.inventory import load_inventory
 from lifecycle.store import Store
 from lifecycle.workflows import bmc_changes
@@ -140,3 +142,46 @@ def test_key_value_strings_are_typed_like_the_attribute() -> None:
         coerce_bios(current, {"Cores": "eight"}, "t")
     with pytest.raises(OperationFailed, match=r"unknown BIOS attribute.*Nope"):
         coerce_bios(current, {"Nope": "1"}, "t")
+
+
+@pytest.fixture
+def emulated(fixtures_dir: Path, repo_dir: Path, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[RedfishEmulator]:
+    """The example inventory in a store, r01-n01's BMC an emulated OpenBMC (push only)."""
+    tree = fixtures_dir / "redfish" / "openbmc-stock"
+    with RedfishEmulator([BmcConfig("obmc", tree, USER, PASSWORD, task_polls=2)]) as emulator:
+        data = yaml.safe_load((repo_dir / "examples" / "site-h100-2rack.yaml").read_text())
+        for node in data["nodes"]:
+            if node["name"] == REDFISH_NODE:
+                node["bmc"] = {"driver": "redfish", "address": emulator.urls["obmc"],
+                               "credentials": "env:RACKLIFE_TEST_STEP_BMC", "verify_tls": False}
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump(data), encoding="utf-8")
+        url = f"sqlite:///{tmp_path / 'steps.sqlite'}"
+        monkeypatch.setenv("RACKLIFE_DB", url)
+        monkeypatch.setenv("RACKLIFE_TEST_STEP_BMC", f"{USER}:{PASSWORD}")
+        store = Store(url)
+        store.import_inventory(load_inventory(inventory))
+        store.close()
+        yield emulator
+
+
+def test_the_node_steps_update_firmware_and_set_bios_through_the_store(
+        emulated: RedfishEmulator, tmp_path: Path) -> None:
+    image = make_image(tmp_path / "fw.tar", "BMC", "2.99.0")
+    assert bmc_changes.firmware_version(REDFISH_NODE, "5d0869c4") != "2.99.0"
+    settings = bmc_changes.FirmwareSettings(expect_version="2.99.0")
+    done = bmc_changes.update_firmware(REDFISH_NODE, str(image), "5d0869c4", settings)
+    assert (done["after"], done["method"], done["changed"]) == ("2.99.0", "push", True)
+    assert bmc_changes.firmware_version(REDFISH_NODE, "5d0869c4") == "2.99.0"
+    again = bmc_changes.update_firmware(REDFISH_NODE, str(image), "5d0869c4", settings)
+    assert again["changed"] is False  # already at the expected version: nothing sent
+    assert len(emulated.call(lambda: emulated.states["obmc"].tasks)) == 1
+
+    assert bmc_changes.bios_values(REDFISH_NODE, ["ProcVirtualization", "Nope"]) == {
+        "ProcVirtualization": "Enabled"}
+    result = bmc_changes.set_bios(REDFISH_NODE, {"ProcVirtualization": "Disabled"},
+                                  BiosSettings(poll_s=0.2, timeout_s=30.0))
+    assert (result["applied"], result["rebooted"]) == (True, True)
+    assert bmc_changes.bios_values(REDFISH_NODE, ["ProcVirtualization"]) == {
+        "ProcVirtualization": "Disabled"}
