@@ -48,6 +48,8 @@ def _view(st: FleetStatus) -> Group:
             stuck.add_row(node, state, f"{seconds / 3600:.1f} h")
         parts.append(stuck)
     parts.append(f"drift: {st.drift} node(s); never observed: {st.unobserved} node(s)")
+    parts.append(f"racklife serve: {', '.join(st.services)} (runs are handed to it)" if st.services else
+                 "racklife serve: none running (commands run their workflows themselves)")
     return Group(*parts)
 
 

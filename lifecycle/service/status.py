@@ -52,6 +52,7 @@ class FleetStatus:
     stuck: tuple[tuple[str, str, float], ...]  # (node, state, seconds) of nodes in a transitional state
     drift: int
     unobserved: int
+    services: tuple[str, ...] = ()  # executor ids of the live `racklife serve` processes
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -102,4 +103,7 @@ def fleet_status(store: Store, fleet: Fleet | None = None, stuck_after_s: float 
     stuck = tuple((n.name, n.state.value, age) for n in fleet.nodes
                   if n.state in TRANSITIONAL and (age := (fleet.at - n.state_since).total_seconds()) > stuck_after_s)
     unobserved = sum(1 for n in fleet.nodes if n.name not in fleet.observations)
-    return FleetStatus(fleet.at, tuple(pools), runs, stuck, len({d.node for d in fleet.drift}), unobserved)
+    services = tuple(sorted(ex.id for ex in store_leases.alive(store, store_leases.this_host(),
+                                                              role=store_leases.SERVE_ROLE)))
+    return FleetStatus(fleet.at, tuple(pools), runs, stuck, len({d.node for d in fleet.drift}), unobserved,
+                       services)

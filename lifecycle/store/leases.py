@@ -21,9 +21,12 @@ one's pending runs (to recover them) from a live one's (to leave alone).
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -198,6 +201,38 @@ class Executor:
     pid_start: str | None
     started_at: datetime
     heartbeat_at: datetime
+
+
+HEARTBEAT_TIMEOUT_S = 30.0  # another host's executor silent this long is dead
+SERVE_ROLE = "serve"  # the executors of `racklife serve`
+
+
+def this_host() -> str:
+    """The HOST part of this process's executor id: ``RACKLIFE_EXECUTOR_ID``, else the host name."""
+    return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
+
+
+def pid_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    return stat.rpartition(")")[2].split()[19]
+
+
+def executor_alive(ex: Executor, host: str, now: datetime) -> bool:
+    """Same host: its pid still runs the same process; another host: its heartbeat is fresh."""
+    if ex.host == host:
+        return pid_start(ex.pid) == ex.pid_start
+    return now - ex.heartbeat_at < timedelta(seconds=HEARTBEAT_TIMEOUT_S)
+
+
+def alive(store: Store, host: str, now: datetime | None = None, role: str | None = None) -> list[Executor]:
+    """The executors (of ``role``, if given) alive now, as seen from ``host``."""
+    now = now or _now()
+    return [ex for ex in executors(store) if (role is None or ex.role == role) and executor_alive(ex, host, now)]
 
 
 def register_executor(store: Store, ex: Executor) -> None:

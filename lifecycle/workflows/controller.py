@@ -34,8 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -45,33 +44,16 @@ from lifecycle.store import Store, connect, db, leases, shared_store
 from lifecycle.workflows import engine, leasing, registry
 
 HEARTBEAT_S = 5.0
-HEARTBEAT_TIMEOUT_S = 30.0
-SERVE_ROLE = "serve"
+HEARTBEAT_TIMEOUT_S = leases.HEARTBEAT_TIMEOUT_S
+SERVE_ROLE = leases.SERVE_ROLE
+pid_start, executor_alive = leases.pid_start, leases.executor_alive
 # A stopped service's last heartbeat: long enough ago that every peer takes its runs over at once.
 STOPPED_AT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def pid_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after it.
-    return stat.rpartition(")")[2].split()[19]
-
-
-def executor_alive(ex: leases.Executor, host: str, now: datetime) -> bool:
-    if ex.host == host:
-        return pid_start(ex.pid) == ex.pid_start
-    return now - ex.heartbeat_at < timedelta(seconds=HEARTBEAT_TIMEOUT_S)
-
-
 def live_services(store: Store, host: str | None = None, now: datetime | None = None) -> list[leases.Executor]:
     """The ``racklife serve`` processes alive now (same host: by pid; another: by heartbeat)."""
-    host = host or engine.executor_id()
-    now = now or datetime.now(UTC)
-    return [ex for ex in leases.executors(store) if ex.role == SERVE_ROLE and executor_alive(ex, host, now)]
+    return leases.alive(store, host or engine.executor_id(), now, role=SERVE_ROLE)
 
 
 def workflow_name(func: Callable[..., Any]) -> str:

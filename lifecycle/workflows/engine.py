@@ -23,7 +23,6 @@ step. What we design for (DBOS traits):
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +33,7 @@ from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
 from lifecycle.model import events
 from lifecycle.model.redact import install_logging_filter
-from lifecycle.store import connect, db
+from lifecycle.store import connect, db, leases
 
 # 0.2: provisioning journals one step per phase (begin, inspect, boot attempt, verify)
 # instead of one per BMC call. 0.3: the phone-home wait is a step that reads the stored
@@ -55,7 +54,7 @@ _launched_url: str | None = None
 
 
 def executor_id() -> str:
-    return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
+    return leases.this_host()
 
 
 def launch(url: str | None = None, *, executor: str | None = None, role: str = "cli",

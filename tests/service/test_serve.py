@@ -144,6 +144,8 @@ def test_serve_heartbeats_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: 
             store.close()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
             assert b"racklife_nodes" in resp.read()
+        shown = subprocess.run([EXE, "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and json.loads(shown.stdout)["services"] == [found[0].id], shown.stdout
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
         store = Store(url)
@@ -152,6 +154,9 @@ def test_serve_heartbeats_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: 
         finally:
             store.close()
         assert "stopping" in (tmp_path / "serve.log").read_text()
+        shown = subprocess.run([EXE, "status"], env=env | {"COLUMNS": "200"}, capture_output=True, text=True,
+                               timeout=60)
+        assert "racklife serve: none running" in shown.stdout, shown.stdout
     finally:
         if proc.poll() is None:
             proc.kill()
