@@ -31,7 +31,7 @@ EXAMPLES: dict[str, str] = {
     "nodes show": "racklife nodes show r01-n01 -o yaml",
     "nodes history": "racklife nodes history r01-n01 --no-headers",
     "workflows list": "racklife workflows list --status ERROR --limit 10",
-    "workflows show": "racklife workflows show accept-917de0d4 --json",
+    "workflows show": "racklife workflows show accept-917de0d4 --watch 5",
     "workflows cancel": "racklife workflows cancel accept-917de0d4",
     "workflows resume": "racklife workflows resume accept-917de0d4 --no-wait",
     "image build": "racklife image build images/minimal.yaml --out /var/lib/racklife/images",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, interrupted, out_console
 
 if TYPE_CHECKING:
     from lifecycle.workflows import engine
@@ -50,16 +50,24 @@ def list_(status: str | None = typer.Option(None, "--status", help=f"One of {', 
                  (r.error or "")[:200]) for r in runs], wide=("updated", "version", "error"))
 
 
+_RUNNING = ("PENDING", "ENQUEUED")
+
+
 @app.command()
 def show(run_id: str = typer.Argument(..., help="The run id (from `workflows list`)."),
+         watch: float = typer.Option(0, "--watch", min=0,
+                                     help="Follow the run, every N seconds: each step as it is checkpointed, "
+                                          "until the run ends (exit 0 if it succeeded, 1 if not)."),
          as_json: bool = JsonOpt) -> None:
-    """Show a run and its checkpointed steps."""
+    """Show a run and its checkpointed steps; with --watch, follow it (a run any process executes) to its end."""
     insp = _inspector()
     try:
         run = insp.get_run(run_id)
         if run is None:
             fail(f"no workflow run '{run_id}'", BAD_INPUT)
         steps = insp.run_steps(run_id)
+        if watch:
+            run, steps = _follow(insp, run, steps, watch, quiet=as_json)
     finally:
         insp.close()
     if as_json:
@@ -70,6 +78,30 @@ def show(run_id: str = typer.Argument(..., help="The run id (from `workflows lis
     if run.error:
         out_console.print(f"error: {run.error}", markup=False)
     emit_table("steps", ["#", "step", "error"], [(s.step, s.name, s.error or "") for s in steps])
+    if watch and run.status != "SUCCESS":
+        raise typer.Exit(FAILED)
+
+
+def _follow(insp: Any, run: Any, steps: list[Any], every: float, *, quiet: bool) -> tuple[Any, list[Any]]:
+    """Print each new step (stderr) until the run leaves PENDING/ENQUEUED; Ctrl-C stops watching, not the run."""
+    import time
+
+    from lifecycle.cli._runs import say
+
+    shown = 0
+    try:
+        while True:
+            if not quiet:
+                for s in steps[shown:]:
+                    say(f"{run.id}: step {s.step} {s.name}" + (f" failed: {s.error}" if s.error else " done"))
+            shown = len(steps)
+            if run.status not in _RUNNING:
+                return run, steps
+            time.sleep(every)
+            run = insp.get_run(run.id) or run
+            steps = insp.run_steps(run.id)
+    except KeyboardInterrupt:
+        interrupted(f"stopped watching; run {run.id} is {run.status} and goes on where it runs")
 
 
 @app.command()
