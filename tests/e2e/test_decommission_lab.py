@@ -9,7 +9,8 @@ node-01..03 serve the training pool (Slurm), node-04 the inference pool
   the certificate passes ``racklife evidence verify``, Slurm no longer knows
   the node (the lab's slurm.conf hook), the BMC powered it off, and the node
   is ``decommissioned`` with its history;
-- node-02's emulated BMC fails its tasks: ``--erase`` ends exit 1, the node is
+- node-02 drained by an admin is refused even with ``--force``; then its
+  emulated BMC fails its tasks: ``--erase`` ends exit 1, the node is
   ``decommission_failed`` (not decommissioned), its certificate says
   ``not-erased``; healthy again, the same command finishes it;
 - node-04's IPMI BMC cannot erase: refused by name; without ``--erase`` it
@@ -19,6 +20,7 @@ node-01..03 serve the training pool (Slurm), node-04 the inference pool
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,13 +69,13 @@ def power(lab: RunningLab, name: str) -> str:
 
 
 def test_decommission_in_the_lab(lab: RunningLab, tmp_path: Path) -> None:
-    _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab)
+    _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab, tmp_path)
     _an_erase_the_bmc_fails_is_not_a_decommission(lab)
     _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab)
     _apply_decommissions_a_node_removed_from_the_inventory_and_its_name_is_reused(lab, tmp_path)
 
 
-def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab) -> None:
+def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab, tmp_path: Path) -> None:
     # Kept off node-01 and node-02 (not pinned to node-03: a job naming a node Slurm no longer has is dropped).
     job = sbatch(lab, "-x", "node-01,node-02", "--wrap", "sleep 300")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
@@ -104,6 +106,12 @@ def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab)
     checked = verify(lab, str(cert_dir))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert {a["kind"]: a["ok"] for a in json.loads(checked.stdout)["anchors"]}.get("signature") is True
+    forged = tmp_path / "forged"
+    shutil.copytree(cert_dir, forged)
+    text = (forged / "certificate.json").read_text()
+    (forged / "certificate.json").write_text(text.replace('"verified": true', '"verified": false', 1))
+    tampered = verify(lab, str(forged))
+    assert tampered.returncode == 1 and "certificate.json" in json.loads(tampered.stdout)["tampered"], tampered.stdout
     events = [h["event"] for h in history(lab, "node-03")]
     assert events[-4:] == ["drain", "drain_done", "decommission", "decommission_done"], events
     # Done is done: again, nothing happens and it is success.
@@ -112,6 +120,13 @@ def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab)
 
 
 def _an_erase_the_bmc_fails_is_not_a_decommission(lab: RunningLab) -> None:
+    # Someone else's drain first: never acted through, not even with --force.
+    scontrol = ["scontrol", "update", "nodename=node-02"]
+    subprocess.run([*scontrol, "state=drain", "reason=admin: bad DIMM"], env=lab.env, check=True, timeout=15)
+    code, out = decommission(lab, "node-02", "--force")
+    assert code == 5 and "bad DIMM" in out[0]["reason"], out
+    assert node(lab, "node-02")["state"] == "in_service"
+    subprocess.run([*scontrol, "state=resume"], env=lab.env, check=True, timeout=15)
     faulted = lab.racklife("lab", "fault", "node-02", "bmc-tasks-fail", "--dir", str(lab.dir))
     assert faulted.returncode == 0, faulted.stdout + faulted.stderr
     code, out = decommission(lab, "node-02", "--erase")
