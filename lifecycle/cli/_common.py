@@ -82,14 +82,16 @@ def envelope(message: str, code: int, *, hint: str | None = None, file: str | No
 
 def error_exit(message: str, code: int = BAD_INPUT, *, hint: str | None = None, file: str | None = None,
                line: int | None = None, field: str | None = None, details: Mapping[str, Any] | None = None,
-               extra: Mapping[str, Any] | None = None, lines: Sequence[str] = ()) -> NoReturn:
+               extra: Mapping[str, Any] | None = None, lines: Sequence[str] = (),
+               as_json: bool = False) -> NoReturn:
     """Print the error (stderr; the envelope on stdout under -o json|yaml) and exit with ``code``.
 
     ``extra`` are top-level keys kept beside ``error`` for readers of an
     older shape (``problems``, ``valid``); ``lines`` are printed under the
-    message on stderr (each problem of a file, say).
+    message on stderr (each problem of a file, say). ``as_json`` prints the
+    envelope even where no format was chosen (a command's app invoked on its own).
     """
-    if _output.current().structured:
+    if as_json or _output.current().structured:
         emit_json(dict(extra or {}) | envelope(message, code, hint=hint, file=file, line=line, field=field,
                                                 details=details))
     where = f"{file}:{line}: " if file and line and not lines else ""

@@ -56,7 +56,7 @@ def parse(
         fail(f"unknown parser {kind!r}; known: {', '.join(node_cli.PARSE_KINDS)}", BAD_INPUT)
     code, doc = node_cli.parse_file(kind, file, collective)
     if code != 0:
-        error_exit(str(doc.get("reason") or doc), code, file=str(file), extra=doc)
+        error_exit(str(doc.get("reason") or doc), code, file=str(file), extra=doc, as_json=json_out)
     if json_out:
         emit_json(doc)
     else:
@@ -74,7 +74,8 @@ def judge(
     """Judge a stored result against a profile (exit 0 only if it passes)."""
     code, doc = node_cli.judge_file(result, profile)
     if "error" in doc:
-        error_exit(str(doc["error"]), code, file=str(result), extra={k: v for k, v in doc.items() if k != "error"})
+        error_exit(str(doc["error"]), code, file=str(result), extra={k: v for k, v in doc.items() if k != "error"},
+                   as_json=json_out)
     if json_out:
         emit_json(doc)
     else:
