@@ -150,7 +150,7 @@ def run_cli(name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     rss = int(peak.read_text()) / 1024 if peak.exists() else float("nan")
     cpu = usage.ru_utime + usage.ru_stime
-    out = {"command": "racklife " + " ".join(argv), "wall_s": round(wall, 2), "peak_rss_mb": round(rss),
+    out = {"command": "racklife " + " ".join(argv), "wall_s": round(wall, 2), "peak_rss_mb": round(rss) if rss == rss else None,
            "cpu_s": round(cpu, 1), "rc": proc.returncode}
     print(f"{name:<34} {wall:7.1f} s  peak RSS {rss:6.0f} MB  CPU {cpu:6.1f} s  exit {proc.returncode}",
           flush=True)
@@ -219,7 +219,7 @@ def main() -> int:
             emulator.stop()
     refreshes = [r for r in runs if " refresh" in r["command"]]
     planned = next(r for r in runs if "--observed" in r["command"])
-    rss = max(r["peak_rss_mb"] for r in runs)
+    rss = max((r["peak_rss_mb"] or 0) for r in runs)
     print(f"goal: plan {planned['wall_s']:.1f} s (< 10), refresh {max(r['wall_s'] for r in refreshes):.1f} s "
           f"(< 120 at 10,000), peak RSS {rss} MB (< 1024)")
     if args.json:
