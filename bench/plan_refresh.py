@@ -150,7 +150,8 @@ def run_cli(name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     rss = int(peak.read_text()) / 1024 if peak.exists() else float("nan")
     cpu = usage.ru_utime + usage.ru_stime
-    out = {"command": "racklife " + " ".join(argv), "wall_s": round(wall, 2), "peak_rss_mb": round(rss) if rss == rss else None,
+    out = {"command": "racklife " + " ".join(argv), "wall_s": round(wall, 2),
+           "peak_rss_mb": round(rss) if rss == rss else None,
            "cpu_s": round(cpu, 1), "rc": proc.returncode}
     print(f"{name:<34} {wall:7.1f} s  peak RSS {rss:6.0f} MB  CPU {cpu:6.1f} s  exit {proc.returncode}",
           flush=True)
