@@ -70,7 +70,14 @@ EXAMPLES: dict[str, str] = {
     "metrics serve": "racklife metrics serve --port 9469",
     "metrics textfile": "racklife metrics textfile /var/lib/node_exporter/racklife.prom",
     "metrics show": "racklife metrics show",
-    "role-swap": "racklife role-swap r01-n07 r01-n08 --to inference --policy requeue --deadline 30m --dry-run",
+    "upgrade": "racklife upgrade --pool training --image debian12-gpu:2026.12.1 --max-unavailable 25% --canary 1 "
+               "--policy wait --window 22:00-04:00 --dry-run",
+    "upgrade status": "racklife upgrade status upgrade-5f0c2a9d41be --json",
+    "upgrade pause": "racklife upgrade pause upgrade-5f0c2a9d41be",
+    "upgrade resume": "racklife upgrade resume upgrade-5f0c2a9d41be",
+    "upgrade abort": "racklife upgrade abort upgrade-5f0c2a9d41be --json",
+    "role-swap": "racklife role-swap r01-n07 r01-n08 --to inference --policy requeue --deadline 30m --reimage "
+                 "--dry-run",
     "serve": "racklife serve --db postgresql://racklife@db.example/racklife --refresh-interval 300",
     "decommission": "racklife decommission r01-n07 --erase --force --dry-run",
     "up": "racklife up --stack lab",

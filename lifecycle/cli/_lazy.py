@@ -82,6 +82,7 @@ COMMANDS: dict[str, Entry] = {
     "decommission": Entry("decommission", "decommission_cmd",
                           "Decommission NODES: leave the scheduler, optionally erase, power off; history kept, "
                           "name freed."),
+    "upgrade": Entry("upgrade", "app", "Rolling upgrades: batches within each pool's limits, canary first."),
     "status": Entry("status", "status_cmd",
                     "Show the fleet: pools and GPU capacity, nodes per state, running workflows and their "
                     "current step."),

@@ -6,7 +6,10 @@ rollback or quarantine on failure. ``--dry-run`` runs the same pre-checks
 without the engine and lists what the leave would touch; it changes nothing.
 A request cut off by a killed controller is finished by the next
 ``racklife role-swap`` (the recovered run is awaited before anything new
-starts on its node). Exit codes: 0 every node swapped, 1 a swap failed
+starts on its node). ``--reimage`` reprovisions each node with the target
+pool's image (the pool's ``image``, or ``--image NAME[:VERSION]``) after the
+move and before the re-test, with the embedded boot server up for the
+request. Exit codes: 0 every node swapped, 1 a swap failed
 (rolled back or quarantined), 2 bad input, 5 refused by a pre-check.
 """
 
@@ -59,6 +62,16 @@ def role_swap_cmd(
     deadline: str | None = typer.Option(None, "--deadline",
                                         help="How long the leave waits for jobs or PodDisruptionBudgets (30m)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the pre-checks; change nothing."),
+    reimage: bool = typer.Option(False, "--reimage", help="Reprovision with the target pool's image after the move."),
+    image: str | None = typer.Option(None, "--image",
+                                     help="With --reimage: NAME[:VERSION] (default: the target pool's image)."),
+    images_dir: Path | None = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+    boot_listen: str = typer.Option("127.0.0.1:8069", "--boot-listen", envvar="RACKLIFE_BOOT_LISTEN",
+                                    help="Where the embedded boot server listens (with --reimage)."),
+    boot_url: str | None = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
+                                        help="The boot server's URL as nodes see it (default: the listen address)."),
+    boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
+                                       help="Seconds to wait for a node to phone home, per boot."),
     kubeconfig: Path | None = KubeconfigOpt,
     ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
                                     help="SSH config that reaches the nodes (the re-test's burn-in)."),
@@ -82,6 +95,8 @@ def role_swap_cmd(
         deadline_s = parse_duration(deadline) if deadline is not None else None
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
+    if image is not None and not reimage:
+        fail("--image is only for --reimage", BAD_INPUT)
     if kubeconfig is None or not kubeconfig.is_file():
         fail("no kubeconfig: give --kubeconfig or set RACKLIFE_KUBECONFIG or KUBECONFIG (a role swap always "
              "reads the Kubernetes side)", BAD_INPUT)
@@ -95,6 +110,11 @@ def role_swap_cmd(
     except (NodeNotFound, StoreError) as exc:
         store.close()
         fail(str(exc), BAD_INPUT)
+    reimage_to = (image or target.image) if reimage else None
+    if reimage and reimage_to is None:
+        store.close()
+        fail(f"--reimage: pool {to!r} names no image; give --image NAME[:VERSION] or set the pool's image "
+             "in the inventory", BAD_INPUT)
     work = default_home() / "acceptance" / f"role-swap-{os.urandom(6).hex()}"
     settings = SwapSettings(
         target=to, operator=who, kube=KubeSettings(str(kubeconfig.resolve())),
@@ -102,7 +122,7 @@ def role_swap_cmd(
                               operator=who, ssh_config=str(ssh_config.resolve()), profile=profile,
                               burnin_python=burnin_python, max_in_flight=len(names), multi_node=False),
         role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))), policy=policy, deadline_s=deadline_s,
-        batch=tuple(names))
+        batch=tuple(names), reimage=reimage_to)
     if dry_run:
         try:
             report = [{"node": n, "plan": plan_lines(store, n, settings),
@@ -112,8 +132,25 @@ def role_swap_cmd(
             store.close()
         _print_dry_run(report, as_json)
         return
-    store.close()
-    outcomes = _run(names, settings)
+    if reimage_to is None:
+        store.close()
+        outcomes = _run(names, settings)
+    else:
+        from dataclasses import replace
+
+        from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server
+
+        boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout)
+        try:
+            with boot_server(store, boot) as served:
+                if reimage_to not in served.settings["images"]:
+                    fail(f"--reimage: image {reimage_to!r} is not built (have: "
+                         f"{', '.join(sorted(served.settings['images']))})", BAD_INPUT)
+                outcomes = _run(names, replace(settings, provision=served.settings))
+        except BootSetupError as exc:
+            fail(str(exc), BAD_INPUT)
+        finally:
+            store.close()
     _print(outcomes, as_json)
 
 

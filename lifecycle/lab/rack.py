@@ -218,8 +218,13 @@ class Rack:
             return
         slurm.stop_node(name)
         # What slurmctld concludes SlurmdTimeout seconds after a node loses power, said at once;
-        # ReturnToService=2 brings the node back when its slurmd registers after power-on.
-        subprocess.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=lab: powered off"],
+        # ReturnToService=2 brings the node back when its slurmd registers after power-on. Like
+        # slurmctld (set_node_down_ptr keeps a reason that is there), a drained node keeps its drain's
+        # reason, and so its owner: a node reimaged while racklife holds it drained stays racklife's.
+        seen = subprocess.run(["sinfo", "-h", "-N", "-n", name, "-o", "%T|%E"], capture_output=True, text=True,
+                              env=slurm.env(), timeout=10, check=False).stdout.strip().partition("|")
+        reason = seen[2] if "drain" in seen[0] and seen[2] and seen[2] != "none" else "lab: powered off"
+        subprocess.run(["scontrol", "update", f"nodename={name}", "state=down", f"reason={reason}"],
                        capture_output=True, env=slurm.env(), timeout=10, check=False)
 
     # ------------------------------------------------------------- lifecycle

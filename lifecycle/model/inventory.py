@@ -182,6 +182,8 @@ class Pool(_Model):
     """The fewest nodes the pool keeps in service: a role swap that would leave fewer is refused."""
     retest_level: Literal["quick", "standard", "full"] = "quick"
     """The acceptance level a node is re-tested at before it joins this pool in a role swap."""
+    image: Name | None = None
+    """The image a node of this pool runs (one of ``images``): ``role-swap --reimage`` reprovisions with it."""
 
     @model_validator(mode="after")
     def _scheduler_fields(self) -> Pool:

@@ -167,7 +167,16 @@ def cross_checks(data: Any, builtin_pools: Iterable[str]) -> Found:
         _boot_ip(i, n, found)
     _bmc_identity(nodes, found)
     _floors(pools, nodes, found)
+    _pool_images(pools, image_names, found)
     return found
+
+
+def _pool_images(pools: Any, images: set[str], found: Found) -> None:
+    for name, pool in (pools or {}).items() if isinstance(pools, dict) else ():
+        value = pool.get("image") if isinstance(pool, dict) else None
+        if isinstance(value, str) and value not in images:
+            found.append((("pools", name, "image"),
+                          f"unknown image '{value}' (images: {', '.join(sorted(images)) or 'none defined'})"))
 
 
 def _floors(pools: Any, nodes: list[Any], found: Found) -> None:

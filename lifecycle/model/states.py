@@ -93,8 +93,10 @@ def _rules() -> list[Rule]:
     add((S.ACCEPTED, S.DRAINED, S.JOIN_FAILED), "join", S.JOINING, gate=True)
     add(S.JOINING, "join_done", S.IN_SERVICE, _WF)
     add(S.JOINING, "join_fail", S.JOIN_FAILED, _WF)
-    # A drained node found unfit (a role swap that cannot be rolled back) is quarantined, not left drained.
-    add((S.IN_SERVICE, S.JOIN_FAILED, S.DRAINED), "quarantine", S.QUARANTINED, _QUAR)
+    # A drained node found unfit (a role swap that cannot be rolled back) is quarantined, not left drained;
+    # so is a node whose reimage or upgrade failed while it was out of service (it cannot be taken back).
+    add((S.IN_SERVICE, S.JOIN_FAILED, S.DRAINED, S.PROVISION_FAILED, S.UPGRADE_FAILED), "quarantine", S.QUARANTINED,
+        _QUAR)
     add(S.IN_SERVICE, "drain", S.DRAINING)
     add(S.DRAINING, "drain_done", S.DRAINED, _WF)
     add(S.DRAINING, "drain_abort", S.IN_SERVICE)

@@ -3,7 +3,8 @@
 Each wave re-observes the chosen nodes and re-plans them (``fleet.plan_fleet``),
 takes the earliest action in ``ORDER`` that some node has as its next step,
 and runs it for those nodes: one run per node (``join``, ``power-on``,
-``leave``), or one run for the group where the action needs them together
+``leave``, ``reimage``: leave, reprovision, re-test and rejoin in one run),
+or one run for the group where the action needs them together
 (``accept``: multi-node checks pair nodes of one run). Fan-out is bounded
 (``max_in_flight``); a wave that takes nodes out of service (``leave``)
 respects each pool's ``max_unavailable``. A node whose step failed is not
@@ -13,12 +14,12 @@ have no steps); a step with no workflow yet stops that node and is reported.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lifecycle.model.inventory import Inventory
+from lifecycle.model.limits import Unavailable
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
@@ -26,46 +27,17 @@ from lifecycle.planner.plan import Action, Plan
 from lifecycle.store import Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
-ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.LEAVE,
-                             Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE, Action.DECOMMISSION)
-TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL, Action.DECOMMISSION})
+ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.REIMAGE,
+                             Action.LEAVE, Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE, Action.DECOMMISSION)
+TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL, Action.REIMAGE, Action.DECOMMISSION})
 MAX_WAVES = 12
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """A pool's limit on nodes out of service at once: a count, or a percentage of the pool."""
-
-    count: int | None = None
-    percent: float | None = None
-
-    @staticmethod
-    def parse(text: str) -> Unavailable:
-        t = text.strip()
-        try:
-            if t.endswith("%"):
-                p = float(t[:-1])
-                if not 0 < p <= 100:
-                    raise ValueError
-                return Unavailable(percent=p)
-            n = int(t)
-            if n < 1:
-                raise ValueError
-            return Unavailable(count=n)
-        except ValueError:
-            raise ValueError(f"--max-unavailable must be N (>= 1) or P% (0 < P <= 100), not {text!r}") from None
-
-    def of(self, pool_size: int) -> int:
-        if self.count is not None:
-            return self.count
-        return max(1, math.floor(pool_size * (self.percent or 100.0) / 100.0))
 
 
 @dataclass(frozen=True)
 class ApplySettings:
     operator: str
     max_in_flight: int = 8
-    max_unavailable: Unavailable = Unavailable(count=1)
+    max_unavailable: Unavailable = field(default_factory=lambda: Unavailable(count=1))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ class Action(StrEnum):
 
 # The actions racklife has no workflow for yet, and the name the plan shows them with.
 NOT_YET: dict[Action, str] = {
-    Action.REIMAGE: "reimage (reprovision a drained node)",
     Action.SET_LABELS: "set a Kubernetes pool's labels",
     Action.UPDATE_FIRMWARE: "firmware update",
 }
@@ -148,7 +147,8 @@ IN_FLIGHT = frozenset({State.INSPECTING, State.PROVISIONING, State.BURNING_IN, S
 BY_DRIFT: dict[str, tuple[Action, ...]] = {
     "power": (Action.POWER_ON,),
     "down-powered-off": (Action.POWER_ON,),
-    "image": (Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN),
+    # One run does all three: leave under the pool's policy, reprovision, re-test, rejoin (node_cycle).
+    "image": (Action.REIMAGE, Action.ACCEPT, Action.JOIN),
     "acceptance": (Action.LEAVE, Action.ACCEPT, Action.JOIN),
     "partition": (Action.JOIN,),
     "own-drain": (Action.JOIN,),
@@ -165,6 +165,8 @@ _FOLLOWS: dict[Action, str] = {
     Action.ACCEPT: "a node serves only with a passing acceptance record newer than its provisioning",
     Action.REIMAGE: "the image must change, and a node is reimaged only out of service",
 }
+# Actions that take a serving node out of its scheduler first (a pool's leave policy applies).
+LEAVES = frozenset({Action.LEAVE, Action.REIMAGE})
 
 
 def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]:
@@ -172,7 +174,11 @@ def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]
     out: list[Step] = []
     for a in actions:
         why = reason if not out else _FOLLOWS.get(a, reason)
-        if a is Action.JOIN:
+        if a is Action.REIMAGE:
+            target = f"{d.image}:{d.image_version}" if d.image_version else str(d.image)
+            out.append(Step(a, why, f"to {target}: leave ({d.pool.leave_policy}), reprovision, re-test at "
+                                    f"{d.pool.retest_level}, rejoin"))
+        elif a is Action.JOIN:
             step = _join(d)
             if step is not None:
                 out.append(Step(step.action, (why or step.reason) if not out else step.reason, step.detail))
@@ -212,7 +218,7 @@ def plan_node(o: Observation, d: Desired, held_by: str | None = None) -> NodePla
         for x in found:
             steps += _steps_for(BY_DRIFT.get(x.kind, ()), f"{x.source.value}: {x.message}", d)
     steps = _dedupe(steps)
-    leave_first = any(s.action is Action.LEAVE for s in steps)
+    leave_first = any(s.action in LEAVES for s in steps)
     if leave_first and o.slurm is not None and o.slurm.jobs and d.pool.leave_policy == "wait":
         out.blockers.append(Blocker("jobs-under-wait", f"jobs {', '.join(o.slurm.jobs)} are running and the "
                                                        "pool's leave policy is wait"))

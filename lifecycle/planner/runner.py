@@ -1,9 +1,12 @@
 """The apply runner: each planned action as durable workflow runs, through the one Controller.
 
 A table maps each action the runner can carry out to how: ``join`` (Slurm),
-``join-kubernetes``, ``move-pool`` (a role swap), ``leave``, ``power-on`` and
-``decommission`` (a node removed from the inventory: no erase, no force, so
-running work refuses it) are one run per node, started together (bounded by ``max_in_flight``) and
+``join-kubernetes``, ``move-pool`` (a role swap), ``reimage`` (leave,
+reprovision with the inventory's image and version, re-test at the pool's
+``retest_level``, rejoin: ``changes.change_node``, with the embedded boot
+server up), ``leave``, ``power-on`` and ``decommission`` (a node removed from
+the inventory: no erase, no force, so running work refuses it) are one run
+per node, started together (bounded by ``max_in_flight``) and
 awaited; ``accept`` is one run for the wave's nodes, so its multi-node checks
 can pair them; ``provision`` is one provisioning run (bounded by its queue)
 with the embedded boot server up for its duration.
@@ -19,7 +22,7 @@ from typing import Any
 from lifecycle.planner.apply import Done
 from lifecycle.planner.plan import Action
 from lifecycle.store import Store
-from lifecycle.workflows import accept, decommission, kube_pool, power, roleswap, slurm_pool
+from lifecycle.workflows import accept, changes, decommission, kube_pool, power, roleswap, slurm_pool
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
 from lifecycle.workflows.controller import Controller
 from lifecycle.workflows.decommission_checks import DecommissionSettings
@@ -39,6 +42,8 @@ class WorkflowRunner:
     role_cmd: tuple[str, ...] = ()  # the site's role-switch hook, for role swaps
     slurm_conf_cmd: tuple[str, ...] = ()  # the site's slurm.conf hook, for decommissions
     operator: str = "racklife apply"
+    images: Mapping[str, str] = field(default_factory=dict)  # node -> NAME[:VERSION] the inventory wants
+    context: changes.ChangeContext = field(default_factory=changes.ChangeContext)  # set while the boot server runs
     say: Callable[[str], None] = lambda _m: None
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
@@ -51,6 +56,8 @@ class WorkflowRunner:
             return self._accept(nodes)
         if action is Action.PROVISION and self.boot is not None:
             return self._provision(nodes)
+        if action is Action.REIMAGE:
+            return self._reimage(nodes, reasons)
         return [Done(n, action, False, "", f"apply cannot carry out {action.value} yet: run "
                                            f"`racklife {action.value}` for it") for n in nodes]
 
@@ -78,6 +85,21 @@ class WorkflowRunner:
             return [Done(n, Action.PROVISION, False, "", str(exc)) for n in nodes]
         return [Done(o["node"], Action.PROVISION, bool(o["ok"]), run_id, o["reason"] or o["state"]) for o in outcomes]
 
+    def _reimage(self, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
+        if self.boot is None:
+            return [Done(n, Action.REIMAGE, False, "", "no built images: give --images") for n in nodes]
+        missing = [n for n in nodes if n not in self.images]
+        if missing:
+            return [Done(n, Action.REIMAGE, False, "", "the inventory names no image for it") for n in missing]
+        try:
+            with boot_server(self.store, self.boot) as boot:
+                self.context = changes.ChangeContext(provision=boot.settings)
+                return self._per_node(Action.REIMAGE, nodes, reasons, _reimage)
+        except BootSetupError as exc:
+            return [Done(n, Action.REIMAGE, False, "", str(exc)) for n in nodes]
+        finally:
+            self.context = changes.ChangeContext()
+
     def _accept(self, nodes: Sequence[str]) -> list[Done]:
         run_id = f"accept-{os.urandom(6).hex()}"
         cfg = self.accept_settings(run_id)
@@ -103,6 +125,20 @@ def _move_pool(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., An
     cfg = replace(cfg, level=r.store.pool(target).retest_level, multi_node=False, max_in_flight=1)
     return roleswap.role_swap, (node, SwapSettings(target=target, operator=cfg.operator, kube=r.kube, accept=cfg,
                                                    role_cmd=r.role_cmd))
+
+
+def retest_settings(r: WorkflowRunner, node: str, prefix: str) -> accept.AcceptSettings:
+    """The one-node re-test of a node taken out of service: its pool's ``retest_level``, no pairing."""
+    cfg = r.accept_settings(f"{prefix}-{os.urandom(6).hex()}")
+    return replace(cfg, level=r.store.pool(r.store.get(node).pool).retest_level, multi_node=False, max_in_flight=1)
+
+
+def _reimage(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A changed image is one change run: leave, reprovision, re-test, rejoin."""
+    cfg = retest_settings(r, node, "reimage")
+    spec = changes.ChangeSpec(changes.ChangeKind.IMAGE, r.images[node])
+    return changes.change_node, (node, changes.ChangeSettings(
+        (spec,), cfg.operator, cfg, r.context, kube=r.kube, why=f"racklife apply: reimage with {spec.target}"))
 
 
 def _leave(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:

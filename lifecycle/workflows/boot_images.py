@@ -15,8 +15,10 @@ from lifecycle.drivers.boot.render import BootImage
 
 
 def published_images(images_dir: Path, boot_url: str) -> dict[str, dict[str, Any]]:
-    """name -> BootImage fields for every ``NAME-VERSION/manifest.json`` (newest build per name)."""
+    """name -> BootImage fields for every ``NAME-VERSION/manifest.json`` (newest build per name), and
+    ``name:version`` -> the fields of that build (a reimage or an upgrade names its version)."""
     found: dict[str, tuple[str, dict[str, Any]]] = {}
+    versions: dict[str, dict[str, Any]] = {}
     for manifest_path in sorted(images_dir.glob("*/manifest.json")):
         m = json.loads(manifest_path.read_text())
         rel = manifest_path.parent.name
@@ -32,6 +34,8 @@ def published_images(images_dir: Path, boot_url: str) -> dict[str, dict[str, Any
             else ("console=ttyS0",),
         )
         built = str(m.get("built_at", ""))
+        fields = image.__dict__ | {"kernel_args": list(image.kernel_args)}
+        versions[f"{image.name}:{image.version}"] = fields
         if m["name"] not in found or built > found[m["name"]][0]:
-            found[m["name"]] = (built, image.__dict__ | {"kernel_args": list(image.kernel_args)})
-    return {name: fields for name, (_, fields) in found.items()}
+            found[m["name"]] = (built, fields)
+    return {name: fields for name, (_, fields) in found.items()} | versions

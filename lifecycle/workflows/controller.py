@@ -59,6 +59,15 @@ def live_services(store: Store, host: str | None = None, now: datetime | None = 
 def workflow_name(func: Callable[..., Any]) -> str:
     """The name a workflow is registered under (pinned with ``@DBOS.workflow(name=…)``)."""
     return str(getattr(func, "dbos_function_name", func.__qualname__))
+def run_orphaned(store: Any, executor: str | None) -> bool:
+    """Whether the process that ran a PENDING run (its executor id) is gone, so another may recover it."""
+    if not executor:
+        return True
+    host = engine.executor_id()
+    ex = next((e for e in leases.executors(store) if e.id == executor), None)
+    if ex is not None:
+        return not executor_alive(ex, host, datetime.now(UTC))
+    return executor.split("/", 1)[0] == host  # no row: it ended, or an older racklife on this host
 
 
 @dataclass(frozen=True)

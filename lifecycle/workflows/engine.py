@@ -200,6 +200,16 @@ class Inspector:
     def cancel(self, workflow_id: str) -> None:
         self._client.cancel_workflow(workflow_id)
 
+    def send(self, workflow_id: str, message: Any, topic: str) -> None:
+        """A message to a run (``DBOS.recv(topic)`` in it reads it), through the database."""
+        self._client.send(workflow_id, message, topic)
+
+    def event(self, workflow_id: str, key: str) -> Any:
+        """The latest value a run published as ``key`` (``DBOS.set_event``), or None."""
+        if self.empty:
+            return None
+        return self._client.get_event(workflow_id, key, timeout_seconds=0)
+
 
 def resume(workflow_id: str, wait: bool = True) -> Any:
     handle = DBOS.resume_workflow(workflow_id)

@@ -36,7 +36,7 @@ from lifecycle.drivers.boot.render import BootImage, ipxe_script
 from lifecycle.drivers.errors import DriverError
 from lifecycle.model.inventory import Node
 from lifecycle.model.skus import SKUS
-from lifecycle.model.states import Actor, State
+from lifecycle.model.states import TRANSITIONS, Actor, State
 from lifecycle.store import Store, shared_store
 from lifecycle.store import boot as boot_store
 from lifecycle.workflows.engine import step_token
@@ -275,17 +275,27 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
     return {"reason": "", "until": time.time() + wait_s}  # counted from the cycle, as a node boots
 
 
+# The in-flight state a boot belongs to -> the events that end it (done, failed): a first
+# provisioning, a reimage of a node taken out of service, an upgrade that boots a new image.
+FINISH: dict[State, tuple[str, str]] = {
+    State.PROVISIONING: ("provision_done", "provision_fail"),
+    State.REPROVISIONING: ("reprovision_done", "reprovision_fail"),
+    State.UPGRADING: ("upgrade_done", "upgrade_fail"),
+}
+
+
 @step(idempotent=True)
-def await_phone_home(node: str, attempt: int, until: float, image: dict[str, Any]) -> dict[str, Any]:
+def await_phone_home(node: str, attempt: int, until: float, image: dict[str, Any],
+                     during: str = State.PROVISIONING.value) -> dict[str, Any]:
     """Wait for boot ``attempt`` of this run to phone home, until ``until`` (epoch seconds,
     journaled by ``boot_attempt``), then verify what the node reported and record the outcome.
 
     ``phoned`` is False at the deadline or when a later boot of the node superseded this one
     (nothing recorded: the caller tries the next attempt); else ``reason`` is "" when the node
-    is provisioned, or why not (``provision_fail`` recorded). The report is the one the boot
-    server stored when it spent the token, so no message has to reach this process: a step
-    cut off by a crash runs again, finds the report (and its recorded transition, a replay)
-    or waits for the same deadline.
+    is provisioned, or why not (the failed event of ``during``, ``provision_fail`` by default,
+    recorded). The report is the one the boot server stored when it spent the token, so no
+    message has to reach this process: a step cut off by a crash runs again, finds the report
+    (and its recorded transition, a replay) or waits for the same deadline.
     """
     store = shared_store()
     run = current_run_id()
@@ -295,23 +305,25 @@ def await_phone_home(node: str, attempt: int, until: float, image: dict[str, Any
             if report is None:
                 log.info("%s: boot attempt %d was superseded by a later boot", node, attempt)
                 return {"phoned": False, "reason": ""}
-            return {"phoned": True, "reason": _record_verdict(store, node, report, BootImage.from_json(image))}
+            return {"phoned": True, "reason": _record_verdict(store, node, report, BootImage.from_json(image),
+                                                              State(during))}
         remaining = until - time.time()
         if remaining <= 0:
             return {"phoned": False, "reason": ""}
         WATCH.wait(run, attempt, remaining)
 
 
-def _record_verdict(store: Store, node: str, report: dict[str, Any], img: BootImage) -> str:
+def _record_verdict(store: Store, node: str, report: dict[str, Any], img: BootImage,
+                    during: State = State.PROVISIONING) -> str:
     """Verify the report against the node's record and the image; "" when provisioned, else why not."""
     problems = _verify(report, store.get(node).node(), img)
     run = current_run_id()
+    done, failed = FINISH[during]
     if problems:
         reason = "; ".join(problems)
-        store.transition(node, "provision_fail", Actor.WORKFLOW, reason, run_id=run)
+        store.transition(node, failed, Actor.WORKFLOW, reason, run_id=run)
         return reason
-    store.transition(node, "provision_done", Actor.WORKFLOW, f"phoned home with {img.name} {img.version}",
-                     run_id=run)
+    store.transition(node, done, Actor.WORKFLOW, f"phoned home with {img.name} {img.version}", run_id=run)
     return ""
 
 
@@ -358,27 +370,43 @@ def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dic
         if state != State.PROVISIONING.value:
             out.state, out.reason = state, f"node is {state}; provisioning needs enrolled, available or failed"
             return asdict(out)
+        return asdict(boot_into(node, image, cfg, State.PROVISIONING, out))
+    finally:
+        _release_bmc(run)
+
+
+def boot_into(node: str, image: BootImage, cfg: ProvisionSettings, during: State, out: Outcome) -> Outcome:
+    """Network-boot the node into ``image`` and verify it; the node is in ``during`` (a state of ``FINISH``).
+
+    The attempts, the claimed power cycle and the phone-home wait of every
+    provisioning, whether first (``provisioning``) or a reimage of a node
+    out of service (``reprovisioning``): the outcome's state is where the
+    node ended (provisioned, or the verb's failed state with the reason).
+    """
+    run = current_run_id()
+    failed = FINISH[during][1]
+    try:
         verdict: dict[str, Any] = {"phoned": False, "reason": ""}
         for attempt in range(1, cfg.attempts + 1):
             started = boot_attempt(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home",
                                    cfg.boot_timeout_s * 2, cfg.boot_timeout_s)
             _release_bmc(run)
             if started["reason"]:
-                out.state = transition(node, "provision_fail", started["reason"])
+                out.state = transition(node, failed, started["reason"])
                 out.reason = started["reason"]
-                return asdict(out)
+                return out
             out.steps.append(f"boot attempt {attempt}")
-            verdict = await_phone_home(node, attempt, started["until"], asdict(image))
+            verdict = await_phone_home(node, attempt, started["until"], asdict(image), during.value)
             if verdict["phoned"]:
                 break
         if not verdict["phoned"]:
             reason = f"no phone-home after {cfg.attempts} boot(s) of {cfg.boot_timeout_s:.0f} s each"
-            out.state, out.reason = transition(node, "provision_fail", reason), reason
-            return asdict(out)
+            out.state, out.reason = transition(node, failed, reason), reason
+            return out
         out.reason = verdict["reason"]
         out.ok = not out.reason
-        out.state = State.PROVISIONED.value if out.ok else State.PROVISION_FAILED.value
-        return asdict(out)
+        out.state = TRANSITIONS[(during, FINISH[during][0 if out.ok else 1])].target.value
+        return out
     finally:
         _release_bmc(run)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lifecycle.workflows import (
     accept,
+    changes,
     decommission,
     elastic,
     engine,
@@ -13,10 +14,12 @@ from lifecycle.workflows import (
     provision,
     roleswap,
     slurm_pool,
+    upgrade,
 )
 
 # Importing a workflow module registers its workflows with DBOS.
-MODULES = (accept, decommission, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool)
+MODULES = (accept, changes, decommission, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool,
+           upgrade)
 
 # The queue front ends hand whole runs to `racklife serve` on, and the queues a command that
 # runs its workflows embedded listens to: never the service's, so that a command never picks up

@@ -46,6 +46,10 @@ class SwapSettings:
     batch: tuple[str, ...] = ()
     """Every node of this request: the floor counts them together."""
     register_timeout_s: float = 120.0
+    reimage: str | None = None
+    """With ``--reimage``: the target pool's image (``NAME`` or ``NAME:VERSION``), reprovisioned after the move."""
+    provision: dict[str, Any] | None = None
+    """The boot server's provisioning settings (``ProvisionSettings`` as JSON), when reimaging."""
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,8 @@ def touched(store: Store, node: str, s: SwapSettings) -> list[str]:
 
 
 PLAN = ("pre-checks", "leave the source ({source}: {leave})", "move the node to pool {target}",
-        "switch role ({switch})", "re-test: acceptance at level {level}", "join the target ({join})",
-        "on failure: back to {source} if healthy, else quarantined")
+        "switch role ({switch})", "reimage: {reimage}", "re-test: acceptance at level {level}",
+        "join the target ({join})", "on failure: back to {source} if healthy (and not reimaged), else quarantined")
 
 
 def plan_lines(store: Store, node: str, s: SwapSettings) -> list[str]:
@@ -182,5 +186,6 @@ def plan_lines(store: Store, node: str, s: SwapSettings) -> list[str]:
             "kubernetes": "labels and taints, Ready with every GPU"}.get(target.scheduler, "-")
     switch = "none: same scheduler" if source.scheduler == target.scheduler else \
         f"{source.scheduler} -> {target.scheduler} through the role-switch hook"
+    reimage = f"reprovision with {s.reimage}" if s.reimage else "none (no --reimage)"
     return [line.format(source=rec.pool, target=s.target, leave=leave, join=join, switch=switch,
-                        level=s.accept.level) for line in PLAN]
+                        level=s.accept.level, reimage=reimage) for line in PLAN]

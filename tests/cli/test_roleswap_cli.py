@@ -49,6 +49,10 @@ def test_bad_input_is_exit_2_and_changes_nothing(tmp_path: Path) -> None:
         (["role-swap", "r01-n01", "--to", "inference", "--deadline", "soon"], kubeconfig, "--deadline"),
         (["role-swap", "nope", "--to", "inference"], kubeconfig, "nope"),
         (["role-swap", "r01-n01", "--to", "nowhere"], kubeconfig, "nowhere"),
+        (["role-swap", "r01-n01", "--to", "inference", "--image", "minimal:2"], kubeconfig, "only for --reimage"),
+        (["role-swap", "r01-n01", "--to", "inference", "--reimage"], kubeconfig, "names no image"),
+        (["role-swap", "r01-n01", "--to", "inference", "--reimage", "--image", "minimal:9", "--images",
+          str(tmp_path / "no-images")], kubeconfig, "no built images"),
     ]
     for args, kc, needle in cases:
         res = racklife(tmp_path, *args, kubeconfig=kc)

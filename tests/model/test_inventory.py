@@ -68,6 +68,9 @@ def test_base_is_valid() -> None:
     assert inv.pool("training").min_nodes == 0 and inv.pool("training").retest_level == "quick"
     floor = parse_inventory(BASE.replace("    partition: train\n", "    partition: train\n    min_nodes: 1\n"))
     assert floor.pool("training").min_nodes == 1
+    assert inv.pool("training").image is None
+    imaged = parse_inventory(BASE.replace("    partition: train\n", "    partition: train\n    image: minimal\n"))
+    assert imaged.pool("training").image == "minimal"
 
 
 def test_example_site_loads(repo_dir: Path) -> None:
@@ -105,6 +108,7 @@ CASES = [
     ("floor-above-members", "    partition: train\n", "    partition: train\n    min_nodes: 2\n", ("min_nodes: 2", 0), "pools.training.min_nodes", "more than the 1 node(s)"),
     ("negative-floor", "    partition: train\n", "    partition: train\n    min_nodes: -1\n", ("min_nodes: -1", 0), "pools.training.min_nodes", "greater than or equal to 0"),
     ("floor-string", "    partition: train\n", "    partition: train\n    min_nodes: '1'\n", ("min_nodes: '1'", 0), "pools.training.min_nodes", "valid integer"),
+    ("unknown-pool-image", "    partition: train\n", "    partition: train\n    image: golden\n", ("image: golden", 0), "pools.training.image", "unknown image 'golden'"),
     ("bad-retest-level", "    partition: train\n", "    partition: train\n    retest_level: soak\n", ("retest_level: soak", 0), "pools.training.retest_level", "'quick', 'standard' or 'full'"),
     ("bad-bmc-address", "address: 127.0.0.1:6230", "address: 'host;id:6230'", ("host;id", 0), "nodes[1](n02).bmc.address", "not a host name"),
 ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.planner.apply import Unavailable
+from lifecycle.model.limits import Unavailable
 
 
 @pytest.mark.parametrize(("text", "size", "allowed"), [("1", 10, 1), ("3", 2, 3), ("25%", 8, 2), ("10%", 4, 1),

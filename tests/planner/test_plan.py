@@ -28,14 +28,24 @@ def test_lifecycle_states_plan_the_rest_of_the_way(desired: Desired) -> None:  #
         Action.ACCEPT, Action.JOIN]
 
 
-def test_image_change_plans_leave_reimage_accept_join_with_reasons(desired: Desired) -> None:  # noqa: F811
+def test_image_change_plans_reimage_accept_join_with_reasons(desired: Desired) -> None:  # noqa: F811
     o = replace(healthy(desired), boot=BootSeen(desired.image, "0.0.1", NOW))
     p = plan_node(o, desired)
-    assert actions(p) == [Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN]
-    reimage = p.steps[1]
-    assert not reimage.implemented and "not yet implemented: reimage" in reimage.describe()
-    assert "0.0.1" in p.steps[0].reason and "image must change" in reimage.reason
-    assert "acceptance record" in p.steps[2].reason and p.steps[3].detail == f"Slurm partition {desired.pool.partition}"
+    # The reimage is one run (leave, reprovision, re-test, rejoin); accept and join are what it ends with.
+    assert actions(p) == [Action.REIMAGE, Action.ACCEPT, Action.JOIN]
+    reimage = p.steps[0]
+    assert reimage.implemented and "not yet implemented" not in reimage.describe()
+    assert "0.0.1" in reimage.reason and f"{desired.image}:{desired.image_version}" in reimage.detail
+    assert f"leave ({desired.pool.leave_policy})" in reimage.detail and "re-test at quick" in reimage.detail
+    assert "acceptance record" in p.steps[1].reason and p.steps[2].detail == f"Slurm partition {desired.pool.partition}"
+
+
+def test_image_change_with_jobs_under_wait_is_blocked(desired: Desired) -> None:  # noqa: F811
+    slurm = healthy(desired).slurm
+    assert slurm is not None
+    o = replace(healthy(desired), boot=BootSeen(desired.image, "0.0.1", NOW), slurm=replace(slurm, jobs=("42",)))
+    p = plan_node(replace(o), replace(desired, pool=desired.pool.model_copy(update={"leave_policy": "wait"})))
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["jobs-under-wait"] and "42" in p.blockers[0].message
 
 
 def test_power_off_plans_power_on(desired: Desired) -> None:  # noqa: F811

@@ -27,16 +27,19 @@ from lifecycle.drivers.slurm.types import DrainOwner
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
 from lifecycle.workflows import (
     accept,
+    changes,
     decommission,
     elastic,
     erase_certificate,
     kube_pool,
     leasing,
+    node_cycle,
     node_ops,
     provision,
     retry,
     roleswap,
     slurm_pool,
+    upgrade,
 )
 from lifecycle.workflows.retry import Retrier, RetryPolicy, is_idempotent, step, using
 
@@ -159,8 +162,10 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
                    elastic.lendable_pool, elastic.slurm_hold, elastic.slurm_release, elastic.switch_role,
                    kube_pool.kube_holder, kube_pool.kube_wait_ready, kube_pool.kube_set_pool,
                    kube_pool.kube_lift_own_cordon, kube_pool.kube_cordon, kube_pool.kube_drain,
-                   elastic.acceptance_record_id, elastic.slurm_registered, roleswap.now, roleswap.swap_checks,
-                   roleswap.reserve_floor, roleswap.move_pool, roleswap.swap_role, roleswap.lift_own_drain, roleswap.record_swap,
+                   elastic.acceptance_record_id, elastic.slurm_registered, node_cycle.now, roleswap.swap_checks,
+                   roleswap.reserve_floor, roleswap.move_pool, roleswap.swap_role, node_cycle.lift_own_drain,
+                   roleswap.record_swap, changes.begin_reimage, changes.record_node_change, changes.last_image,
+                   upgrade.pools_now,
                    accept.burn_in,
                    accept.multi_node, accept.judge_and_record, accept.quarantine_in_slurm,
                    accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases,

@@ -1,0 +1,225 @@
+"""`racklife upgrade --pool P|--nodes … --image NAME[:VERSION] …` and `upgrade status|pause|resume|abort RUN`.
+
+A rolling upgrade is one durable run (``lifecycle.workflows.upgrade``): the
+nodes go batch by batch, canary first, each through the one per-node path
+(leave under the policy, reimage, re-test at its pool's level, rejoin). This
+module picks the nodes (in service, not already on the image), plans the
+batches within every pool's ``--max-unavailable`` and floor (``--dry-run``
+prints them and changes nothing), brings the boot server up, and starts and
+follows the run; the control commands send it messages through the database.
+A run whose process died is adopted by ``resume`` or ``abort`` (the
+controller recovers it, with the boot server up). Exit codes: 0 every node
+changed, 1 the rollout failed, halted, was aborted or held nodes back, 2 bad
+input, 5 refused (no room in a pool's limits).
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lifecycle.cli._common import (
+    BAD_INPUT,
+    FAILED,
+    JsonOpt,
+    emit_json,
+    emit_table,
+    err_console,
+    fail,
+    out_console,
+)
+from lifecycle.cli.kube import KubeconfigOpt
+from lifecycle.cli.roleswap import parse_duration
+
+app = typer.Typer(help="Rolling upgrades: batches within each pool's limits, canary first.")
+
+ImagesOpt = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images).")
+ListenOpt = typer.Option("127.0.0.1:8069", "--boot-listen", envvar="RACKLIFE_BOOT_LISTEN",
+                         help="Where the embedded boot server listens.")
+UrlOpt = typer.Option(None, "--boot-url", envvar="RACKLIFE_BOOT_URL",
+                      help="The boot server's URL as nodes see it (default: the listen address).")
+TimeoutOpt = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
+                          help="Seconds to wait for a node to phone home, per boot.")
+
+
+@app.callback(invoke_without_command=True)
+def upgrade_cmd(
+    ctx: typer.Context,
+    pool: str | None = typer.Option(None, "--pool", help="Upgrade every node of this pool."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (instead of --pool)."),
+    image: str | None = typer.Option(None, "--image", help="The image to reimage with: NAME or NAME:VERSION."),
+    max_unavailable: str = typer.Option("25%", "--max-unavailable",
+                                        help="Per pool, nodes out of service at once: N or P%."),
+    canary: int = typer.Option(1, "--canary", min=0, max=1000,
+                               help="Nodes in the first batch; the run holds after it (0: no canary)."),
+    policy: str | None = typer.Option(None, "--policy", help="Slurm leave: wait | requeue (default: the pool's)."),
+    deadline: str | None = typer.Option(None, "--deadline",
+                                        help="How long a leave waits for jobs or PodDisruptionBudgets (30m)."),
+    window: str | None = typer.Option(None, "--window", help="Start batches only between HH:MM-HH:MM (UTC)."),
+    auto_continue: bool = typer.Option(False, "--auto-continue", help="Do not hold after the canary."),
+    halt_after: str = typer.Option("10%", "--halt-after",
+                                   help="Halt when more nodes than this fail after the canary (P%)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the batches; change nothing."),
+    images_dir: Path | None = ImagesOpt,
+    boot_listen: str = ListenOpt,
+    boot_url: str | None = UrlOpt,
+    boot_timeout: float = TimeoutOpt,
+    kubeconfig: Path | None = KubeconfigOpt,
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
+                                    help="SSH config that reaches the nodes (the re-test's burn-in)."),
+    profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE",
+                                       help="Burn-in profile for the re-test (default: each node's SKU)."),
+    burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
+                                      help="Python on the nodes that has racklife's burnin package."),
+    operator: str | None = typer.Option(None, "--operator", help="Who asks (default: the login name)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Upgrade a pool (or nodes) in batches: leave, reimage, re-test, rejoin; canary first, then hold."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from lifecycle.cli import upgrade_start
+
+    if (pool is None) == (nodes is None):
+        fail("give exactly one of --pool or --nodes", BAD_INPUT)
+    if image is None:
+        fail("--image NAME[:VERSION] is required (the change kinds that work today: image)", BAD_INPUT)
+    try:
+        req = upgrade_start.Request.parse(
+            pool=pool, nodes=nodes, image=image, max_unavailable=max_unavailable, canary=canary, policy=policy,
+            deadline_s=parse_duration(deadline) if deadline is not None else None, window=window,
+            auto_continue=auto_continue, halt_after=halt_after, operator=operator or getpass.getuser())
+    except ValueError as exc:
+        fail(str(exc), BAD_INPUT)
+    boot = upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout)
+    accept = upgrade_start.accept_template(req.operator, ssh_config, profile, burnin_python)
+    upgrade_start.start(req, boot, accept, kubeconfig, dry_run, as_json)
+
+
+RunArg = typer.Argument(..., help="The upgrade run's id (printed when it started).")
+
+
+@app.command("status")
+def status_cmd(run: str = RunArg, as_json: bool = JsonOpt) -> None:
+    """Show an upgrade run: its phase, batches, every node's result and the jobs and pods it touched."""
+    status, report = _read(run)
+    if as_json:
+        emit_json({"run": run, "status": status, "report": report})
+        return
+    print_report(report, status)
+
+
+@app.command("pause")
+def pause_cmd(run: str = RunArg) -> None:
+    """Pause an upgrade run before its next batch (nodes in flight finish their cycle)."""
+    _send(run, "pause")
+    err_console.print(f"{run}: pause sent; it takes effect before the next batch", markup=False)
+
+
+@app.command("resume")
+def resume_cmd(run: str = RunArg, images_dir: Path | None = ImagesOpt, boot_listen: str = ListenOpt,
+               boot_url: str | None = UrlOpt, boot_timeout: float = TimeoutOpt, as_json: bool = JsonOpt) -> None:
+    """Resume a held or paused upgrade run; adopt it here if its process is gone."""
+    from lifecycle.cli import upgrade_start
+
+    _send(run, "resume")
+    upgrade_start.adopt(run, upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout), as_json)
+
+
+@app.command("abort")
+def abort_cmd(run: str = RunArg, images_dir: Path | None = ImagesOpt, boot_listen: str = ListenOpt,
+              boot_url: str | None = UrlOpt, boot_timeout: float = TimeoutOpt, as_json: bool = JsonOpt) -> None:
+    """Abort an upgrade run: no further node starts; nodes in flight finish (new, or quarantined)."""
+    from lifecycle.cli import upgrade_start
+
+    _send(run, "abort")
+    upgrade_start.adopt(run, upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout), as_json)
+
+
+def _read(run: str) -> tuple[str, dict[str, Any] | None]:
+    from lifecycle.workflows import engine
+    from lifecycle.workflows.upgrade import STATUS
+
+    insp = engine.Inspector()
+    try:
+        info = insp.get_run(run)
+        if info is None or not info.name.endswith("upgrade"):
+            fail(f"no upgrade run {run!r}", BAD_INPUT)
+        report = info.output if info.status == "SUCCESS" and isinstance(info.output, dict) else insp.event(run,
+                                                                                                          STATUS)
+        return info.status, report
+    finally:
+        insp.close()
+
+
+def _send(run: str, command: str) -> None:
+    from lifecycle.workflows import engine
+    from lifecycle.workflows.upgrade import TOPIC
+
+    insp = engine.Inspector()
+    try:
+        info = insp.get_run(run)
+        if info is None or not info.name.endswith("upgrade"):
+            fail(f"no upgrade run {run!r}", BAD_INPUT)
+        if info.status != "PENDING":
+            fail(f"upgrade run {run} is {info.status}: it takes no more commands", BAD_INPUT)
+        insp.send(run, command, TOPIC)
+    finally:
+        insp.close()
+
+
+def print_report(report: dict[str, Any] | None, status: str = "") -> None:
+    if report is None:
+        out_console.print(f"no report published yet ({status})", markup=False)
+        return
+    out_console.print(f"{report['run']}: {report['change']}: {report['phase']}"
+                      f"{' (' + status + ')' if status else ''}: {report['message']}", markup=False, soft_wrap=True)
+    for i, b in enumerate(report["batches"], 1):
+        out_console.print(f"  batch {i}: {', '.join(b)}", markup=False, soft_wrap=True)
+    if report["nodes"]:
+        emit_table("nodes", ["node", "batch", "result", "state", "reason"],
+                   [(n["node"], n["batch"] + 1, "ok" if n["ok"] else "skipped" if n["skipped"] else "FAILED",
+                     n["state"], n["reason"][:200]) for n in report["nodes"]])
+    for t in report["touched"]:
+        out_console.print(f"  touched: {t}", markup=False, soft_wrap=True)
+    if report["pending"]:
+        out_console.print(f"  not started: {', '.join(report['pending'])}", markup=False, soft_wrap=True)
+
+
+def follow(handle: Any, say: Any) -> dict[str, Any]:
+    """Await the run, saying each change of its published phase (a hold, a pause, a batch).
+
+    The report is read through the database, so this works for a run of this process and for one
+    handed to ``racklife serve``.
+    """
+    from lifecycle.workflows import engine
+    from lifecycle.workflows.upgrade import STATUS
+
+    run = handle.get_workflow_id()
+    last = ""
+    insp = engine.Inspector()
+    try:
+        while handle.get_status().status in ("PENDING", "ENQUEUED"):
+            report = insp.event(run, STATUS)
+            line = f"{report['phase']}: {report['message']}" if isinstance(report, dict) else ""
+            if line and line != last:
+                say(f"{run}: {line}")
+                last = line
+            time.sleep(1.0)
+    finally:
+        insp.close()
+    result: dict[str, Any] = handle.get_result()
+    return result
+
+
+def finish(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(report)
+    else:
+        print_report(report)
+    if report["phase"] != "done" or report["failed"] or any(n["skipped"] for n in report["nodes"]):
+        raise typer.Exit(FAILED)
+

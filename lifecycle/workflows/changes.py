@@ -1,0 +1,203 @@
+"""The changes a serving node can be put through, as one table, and the one run per node that makes one.
+
+A rolling upgrade and ``racklife apply`` of a changed inventory change nodes
+the same way: leave, change, re-test, rejoin (:mod:`lifecycle.workflows.
+node_cycle`). What differs is the change, so the change is a row of
+``KINDS``: how to build it from a typed request (:class:`ChangeSpec`), how to
+tell whether a node already has it, and what it needs from the process that
+runs it. Only kinds that really work are listed; firmware and BIOS updates
+(Redfish ``UpdateService``, ``Bios/Settings``) join the table as rows of their
+own when their drivers exist (docs/limits.md).
+
+``image``: a reimage — a drained node is reprovisioned (``drained →
+reprovisioning → provisioned``) through the same boot attempts, claimed
+power cycle and phone-home verification as a first provisioning
+(``provision.boot_into``), with the image and version the request names.
+A reimage cannot be taken back: a node whose reimage failed is quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from dbos import DBOS
+
+from lifecycle.model.states import Actor, State
+from lifecycle.store import Store, observations, shared_store
+from lifecycle.workflows import accept, provision
+from lifecycle.workflows.kube_pool import KubeSettings
+from lifecycle.workflows.leasing import release_leases, take_leases
+from lifecycle.workflows.node_cycle import Change, ChangeResult, CycleOutcome, LeaveSpec, cycle, summary
+from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state
+from lifecycle.workflows.retry import step
+
+
+class ChangeKind(StrEnum):
+    IMAGE = "image"
+
+
+@dataclass(frozen=True)
+class ChangeSpec:
+    """One change asked for: its kind and its target (image: ``NAME`` or ``NAME:VERSION``)."""
+
+    kind: ChangeKind
+    target: str
+
+    def describe(self) -> str:
+        return f"{self.kind.value} {self.target}"
+
+
+@dataclass(frozen=True)
+class ChangeContext:
+    """What the process running the change provides (an argument of the run, so a recovered run has it)."""
+
+    provision: dict[str, Any] | None = None
+    """The boot server's provisioning settings (``ProvisionSettings`` as JSON): image changes need it."""
+
+
+# ------------------------------------------------------------------ image
+
+
+def split_image(target: str) -> tuple[str, str | None]:
+    name, _, version = target.partition(":")
+    return name, version or None
+
+
+@step(idempotent=True)  # this run's transition replays as done
+def begin_reimage(node: str, label: str) -> str:
+    """Move a drained (or quarantined) node to ``reprovisioning``; return where the node is."""
+    store = shared_store()
+    state = store.get(node).state
+    if state in (State.DRAINED, State.QUARANTINED):
+        state = store.transition(node, "reprovision", Actor.WORKFLOW, f"reimage with {label}",
+                                 run_id=current_run_id()).target
+    return state.value
+
+
+@dataclass(frozen=True)
+class ImageChange:
+    """Reprovision the node with ``target`` (published by the boot server that ``provision`` describes)."""
+
+    target: str
+    provision: dict[str, Any]
+    name: str = "reimage"
+
+    def apply(self, node: str) -> ChangeResult:
+        cfg = provision.ProvisionSettings(**self.provision)
+        try:
+            image = cfg.image(self.target)
+        except KeyError as exc:
+            return ChangeResult(False, str(exc.args[0]))
+        state = begin_reimage(node, f"{image.name} {image.version}")
+        if state != State.REPROVISIONING.value:
+            return ChangeResult(False, f"node is {state}; a reimage needs it drained (out of service)")
+        done = provision.boot_into(node, image, cfg, State.REPROVISIONING, provision.Outcome(node, False, state))
+        return ChangeResult(done.ok, done.reason, {"image": image.name, "version": image.version,
+                                                   "state": done.state, "steps": done.steps})
+
+    def undo(self, node: str) -> ChangeResult | None:
+        return None  # the old image is gone from the node's disk: a failed reimage is quarantined
+
+
+def _image(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    if ctx.provision is None:
+        raise ValueError("an image change needs the boot server (no built images given)")
+    return ImageChange(spec.target, ctx.provision)
+
+
+def _has_image(store: Store, node: str, spec: ChangeSpec) -> bool:
+    """The node last booted the image (and version, when one is named)."""
+    last = observations.last_boot(store, node)
+    if last is None:
+        return False
+    name, version = split_image(spec.target)
+    return last[0].get("image") == name and (version is None or last[0].get("image_version") == version)
+
+
+@dataclass(frozen=True)
+class Kind:
+    build: Callable[[ChangeSpec, ChangeContext], Change]
+    current: Callable[[Store, str, ChangeSpec], bool]
+    """Whether the node already has the change (an upgrade skips it; reads only)."""
+    phase: str
+    """The phase name the change's time is recorded under."""
+
+
+KINDS: dict[ChangeKind, Kind] = {
+    ChangeKind.IMAGE: Kind(_image, _has_image, "reimage"),
+}
+
+
+def build(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    return KINDS[spec.kind].build(spec, ctx)
+
+
+def has(store: Store, node: str, spec: ChangeSpec) -> bool:
+    """Whether ``node`` already has the change ``spec`` asks for (reads only)."""
+    return KINDS[spec.kind].current(store, node, spec)
+
+
+# ------------------------------------------------------------------ one run per node
+
+
+@dataclass(frozen=True)
+class ChangeSettings:
+    """One node's change request; an argument of the run, so a recovered run has exactly what it started with."""
+
+    changes: tuple[ChangeSpec, ...]
+    operator: str
+    accept: accept.AcceptSettings
+    """The re-test: acceptance of the one node, at its pool's ``retest_level``."""
+    context: ChangeContext
+    kube: KubeSettings | None = None
+    policy: str | None = None
+    deadline_s: float | None = None
+    why: str = ""
+
+
+@dataclass
+class ChangeOutcome(CycleOutcome):
+    pool: str = ""
+    wanted: list[str] | None = None
+
+
+@step(idempotent=True)
+def record_node_change(node: str, kind: str, old: str | None, new: str, line: str) -> None:
+    shared_store().record_change(node, kind, old, new, Actor.WORKFLOW, f"run {current_run_id()}: {line}")
+
+
+@step(idempotent=True)  # reads only
+def last_image(node: str) -> str | None:
+    last = observations.last_boot(shared_store(), node)
+    return f"{last[0].get('image')}:{last[0].get('image_version')}" if last else None
+
+
+@DBOS.workflow(name="change_node")
+def change_node(node: str, s: ChangeSettings) -> dict[str, Any]:
+    """Leave, change, re-test and rejoin one node as a run that holds it (one run per node)."""
+    held = take_leases([node], "change_node")
+    if held:
+        return asdict(ChangeOutcome(node, state=node_state(node), reason=held[node]))
+    try:
+        out = ChangeOutcome(node, state=node_state(node), wanted=[c.describe() for c in s.changes])
+        if out.state != State.IN_SERVICE.value:
+            out.reason = f"refused, nothing changed: node is {out.state}; a change needs it in service"
+            return asdict(out)
+        try:
+            steps = [build(c, s.context) for c in s.changes]
+        except ValueError as exc:
+            out.reason = f"refused, nothing changed: {exc}"
+            return asdict(out)
+        before = last_image(node)
+        why = s.why or ", ".join(c.describe() for c in s.changes)
+        cycle(node, LeaveSpec(why, s.policy, s.deadline_s), steps, s.accept, s.kube, out)
+        out.pool = node_pool(node)
+        for c in s.changes:
+            record_node_change(node, c.kind.value, before if c.kind is ChangeKind.IMAGE else None, c.target,
+                               summary(out))
+        return asdict(out)
+    finally:
+        release_leases()
