@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lifecycle.model.inventory import Inventory
-from lifecycle.model.limits import Unavailable
+from lifecycle.model.limits import Unavailable as Unavailable  # re-exported: front ends import it from here
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
