@@ -15,9 +15,11 @@ of it, version 2, is published beside it. In order, in one test:
    --canary 1 --policy wait` with a job running on node-01: node-06 (already
    on version 2) is left out; the canary (node-01) waits for the job, which
    completes; the run holds after it until `racklife upgrade resume`; then
-   node-02..04 go, never more than 2 of the pool out of service at once; every
-   node ends on version 2, idle in Slurm, and plans no changes; the report
-   names the job it touched.
+   node-02..04 go, never more than 2 of the pool out of service at once. The
+   controller is SIGKILLed while batch 2 is under way; `racklife upgrade
+   resume RUN` adopts the run, and batch 2 finishes (each of its nodes
+   drained and reimaged once). Every node ends on version 2, idle in Slurm,
+   and plans no changes; the report names the job it touched.
 """
 
 from __future__ import annotations
@@ -208,15 +210,21 @@ def _rolling_upgrade(lab: RunningLab, images: Path, v2: Path, tmp: Path) -> None
 
         resumed = lab.racklife("upgrade", "resume", run)
         assert resumed.returncode == 0 and "sent" in resumed.stderr, resumed.stdout + resumed.stderr
-        out, err = proc.communicate(timeout=900)
+        # The controller dies mid-batch: batch 2's nodes have left Slurm; the run and its children stay PENDING.
+        wait_for(lambda: node(lab, "node-02")["state"] != "in_service", 300, "batch 2 to take node-02 out")
+        proc.kill()
+        proc.wait(timeout=30)
+        adopted = lab.racklife("upgrade", "resume", run, "--images", str(images), "--boot-timeout", "60", "--json",
+                               timeout=900)
+        out, err = adopted.stdout, adopted.stderr
     finally:
         if proc.poll() is None:
             proc.kill()
         stop.set()
         watcher.join(timeout=5)
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "its process is gone: running it here" in err, err
     report = json.loads(out)
-    assert proc.returncode == 0 and report["phase"] == "done", out + err
+    assert adopted.returncode == 0 and report["phase"] == "done", out + err
     assert report["upgraded"] == UPGRADED and report["failed"] == [], report
     assert report["batches"] == [["node-01"], ["node-02", "node-03"], ["node-04"]], report
     assert report["peak_out_of_service"]["training"] <= 2, report
@@ -224,6 +232,9 @@ def _rolling_upgrade(lab: RunningLab, images: Path, v2: Path, tmp: Path) -> None
     for n in UPGRADED:
         assert booted(lab, n) == ("minimal", "2"), n
         assert sinfo(lab)[n] == ("idle", "training"), n
+    for n in ("node-02", "node-03"):  # the batch the crash cut: finished once, not started again
+        events = [h["event"] for h in json.loads(lab.racklife("node", "history", n, "--json").stdout)]
+        assert events.count("reprovision") == 1 and events.count("drain") == 1, (n, events)
     code, nodes = plan(lab, v2, "--nodes", ",".join([*UPGRADED, "node-06"]))
     assert code == 0 and all(not p["steps"] for p in nodes.values()), nodes
     assert upgrade_status(lab, run)["status"] == "SUCCESS"
