@@ -213,13 +213,14 @@ def _rolling_upgrade(lab: RunningLab, images: Path, v2: Path, tmp: Path) -> None
         # The controller dies mid-batch: batch 2's nodes have left Slurm; the run and its children stay PENDING.
         wait_for(lambda: node(lab, "node-02")["state"] != "in_service", 300, "batch 2 to take node-02 out")
         proc.kill()
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)  # reaps it and closes its pipes
         adopted = lab.racklife("upgrade", "resume", run, "--images", str(images), "--boot-timeout", "60", "--json",
                                timeout=900)
         out, err = adopted.stdout, adopted.stderr
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=30)
         stop.set()
         watcher.join(timeout=5)
     assert "Traceback" not in err and "its process is gone: running it here" in err, err
