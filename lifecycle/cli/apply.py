@@ -30,7 +30,6 @@ from lifecycle.cli._common import (
 from lifecycle.cli._runs import say
 from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
-from lifecycle.model.inventory import Inventory
 from lifecycle.planner.plan import Plan
 from lifecycle.store import Store, StoreError
 from lifecycle.store.db import default_home
@@ -115,7 +114,6 @@ def apply_cmd(
                                     role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
                                     slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))),
                                     operator=who,
-                                    images=_images(inv, store),
                                     say=say)
             report = apply(store, inv, names, sources, runner,
                            ApplySettings(who, max_in_flight, limit), say=say)
@@ -141,15 +139,6 @@ def apply_cmd(
         err_console.print("converged: no changes left" if report.converged else "not converged", markup=False)
     if not report.converged or not all(d.ok for d in report.done):
         raise typer.Exit(FAILED)
-
-
-def _images(inv: Inventory | None, store: Store) -> dict[str, str]:
-    """node -> the image (``NAME:VERSION`` when the inventory versions it) a reimage gives it."""
-    if inv is None:
-        return {r.name: str(r.node().image) for r in store.nodes() if r.node().image}
-    versions = {i.name: i.version for i in inv.images}
-    return {n.name: f"{n.image}:{versions[n.image]}" if n.image in versions else n.image
-            for n in inv.nodes if n.image}
 
 
 def _finish_without_changes(plan: Plan, as_json: bool) -> None:

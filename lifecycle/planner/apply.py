@@ -54,7 +54,10 @@ class Done:
 class Runner(Protocol):
     """Runs one action for a group of nodes as durable workflows; one Done per node."""
 
-    def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]: ...
+    def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str],
+            targets: Mapping[str, str] | None = None) -> list[Done]:
+        """``targets``: node -> what its step goes to (a reimage's ``NAME[:VERSION]``), from the plan."""
+        ...
 
 
 @dataclass
@@ -126,6 +129,7 @@ def apply(store: Store, inv: Inventory | None, names: Sequence[str] | None, sour
         action = min(ready.values(), key=ORDER.index)
         group = sorted(n for n, a in ready.items() if a is action)
         reasons = {n.node: n.steps[0].reason for n in p.nodes if n.node in group}
+        targets = {n.node: n.steps[0].target for n in p.nodes if n.node in group and n.steps[0].target}
         if action is Action.ENROLL:
             if inv is None:
                 break
@@ -136,7 +140,7 @@ def apply(store: Store, inv: Inventory | None, names: Sequence[str] | None, sour
         if not group:
             break
         say(f"{action.value}: {', '.join(group)}")
-        results = runner.run(action, group, reasons)
+        results = runner.run(action, group, reasons, targets)
         report.done += results
         failed |= {d.node for d in results if not d.ok}
     report.final = plan_fleet(store, inv, names, sources)

@@ -50,6 +50,7 @@ class Step:
     action: Action
     reason: str
     detail: str = ""  # e.g. the scheduler or pool the step is about
+    target: str = ""  # what the step goes to, for the runner: a reimage's NAME[:VERSION]
 
     @property
     def implemented(self) -> bool:
@@ -90,7 +91,7 @@ class NodePlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "state": self.state,
-                "steps": [{"action": s.action.value, "reason": s.reason, "detail": s.detail,
+                "steps": [{"action": s.action.value, "reason": s.reason, "detail": s.detail, "target": s.target,
                            "implemented": s.implemented, "describe": s.describe()} for s in self.steps],
                 "blockers": [asdict(b) for b in self.blockers],
                 "drift": [d.to_json() for d in self.drift]}
@@ -177,7 +178,7 @@ def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]
         if a is Action.REIMAGE:
             target = f"{d.image}:{d.image_version}" if d.image_version else str(d.image)
             out.append(Step(a, why, f"to {target}: leave ({d.pool.leave_policy}), reprovision, re-test at "
-                                    f"{d.pool.retest_level}, rejoin"))
+                                    f"{d.pool.retest_level}, rejoin", target))
         elif a is Action.JOIN:
             step = _join(d)
             if step is not None:

@@ -42,11 +42,12 @@ class WorkflowRunner:
     role_cmd: tuple[str, ...] = ()  # the site's role-switch hook, for role swaps
     slurm_conf_cmd: tuple[str, ...] = ()  # the site's slurm.conf hook, for decommissions
     operator: str = "racklife apply"
-    images: Mapping[str, str] = field(default_factory=dict)  # node -> NAME[:VERSION] the inventory wants
     context: changes.ChangeContext = field(default_factory=changes.ChangeContext)  # set while the boot server runs
+    targets: dict[str, str] = field(default_factory=dict)  # node -> NAME[:VERSION], set for a reimage wave
     say: Callable[[str], None] = lambda _m: None
 
-    def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
+    def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str],
+            targets: Mapping[str, str] | None = None) -> list[Done]:
         if action in (Action.JOIN_KUBE, Action.MOVE_POOL) and self.kube is None:
             return [Done(n, action, False, "", "no kubeconfig: set RACKLIFE_KUBECONFIG or KUBECONFIG") for n in nodes]
         how = _PER_NODE.get(action)
@@ -57,7 +58,7 @@ class WorkflowRunner:
         if action is Action.PROVISION and self.boot is not None:
             return self._provision(nodes)
         if action is Action.REIMAGE:
-            return self._reimage(nodes, reasons)
+            return self._reimage(nodes, reasons, targets or {})
         return [Done(n, action, False, "", f"apply cannot carry out {action.value} yet: run "
                                            f"`racklife {action.value}` for it") for n in nodes]
 
@@ -85,15 +86,16 @@ class WorkflowRunner:
             return [Done(n, Action.PROVISION, False, "", str(exc)) for n in nodes]
         return [Done(o["node"], Action.PROVISION, bool(o["ok"]), run_id, o["reason"] or o["state"]) for o in outcomes]
 
-    def _reimage(self, nodes: Sequence[str], reasons: Mapping[str, str]) -> list[Done]:
+    def _reimage(self, nodes: Sequence[str], reasons: Mapping[str, str], targets: Mapping[str, str]) -> list[Done]:
         if self.boot is None:
             return [Done(n, Action.REIMAGE, False, "", "no built images: give --images") for n in nodes]
-        missing = [n for n in nodes if n not in self.images]
+        missing = [n for n in nodes if n not in targets]
         if missing:
-            return [Done(n, Action.REIMAGE, False, "", "the inventory names no image for it") for n in missing]
+            return [Done(n, Action.REIMAGE, False, "", "the plan names no image for it") for n in missing]
         try:
             with boot_server(self.store, self.boot) as boot:
                 self.context = changes.ChangeContext(provision=boot.settings)
+                self.targets = dict(targets)
                 return self._per_node(Action.REIMAGE, nodes, reasons, _reimage)
         except BootSetupError as exc:
             return [Done(n, Action.REIMAGE, False, "", str(exc)) for n in nodes]
@@ -136,7 +138,7 @@ def retest_settings(r: WorkflowRunner, node: str, prefix: str) -> accept.AcceptS
 def _reimage(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """A changed image is one change run: leave, reprovision, re-test, rejoin."""
     cfg = retest_settings(r, node, "reimage")
-    spec = changes.ChangeSpec(changes.ChangeKind.IMAGE, r.images[node])
+    spec = changes.ChangeSpec(changes.ChangeKind.IMAGE, r.targets[node])
     return changes.change_node, (node, changes.ChangeSettings(
         (spec,), cfg.operator, cfg, r.context, kube=r.kube, why=f"racklife apply: reimage with {spec.target}"))
 

@@ -85,6 +85,13 @@ class ImageChange:
     provision: dict[str, Any]
     name: str = "reimage"
 
+    def precheck(self) -> str:
+        try:
+            provision.ProvisionSettings(**self.provision).image(self.target)
+        except KeyError as exc:
+            return str(exc.args[0])
+        return ""
+
     def apply(self, node: str) -> ChangeResult:
         cfg = provision.ProvisionSettings(**self.provision)
         try:

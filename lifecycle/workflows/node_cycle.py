@@ -56,6 +56,10 @@ class Change(Protocol):
         """The phase's name in the outcome and the phase times (``switch``, ``reimage``)."""
         ...
 
+    def precheck(self) -> str:
+        """Why the change cannot be made ("" when it can), checked before the node leaves (reads only)."""
+        ...
+
     def apply(self, node: str) -> ChangeResult:
         """Make the change (journaled steps); a DriverError is a failed change."""
         ...
@@ -216,7 +220,14 @@ def roll_back(node: str, made: Sequence[Change], kube: kube_pool.KubeSettings | 
 
 def cycle(node: str, spec: LeaveSpec, changes: Sequence[Change], retest: accept.AcceptSettings,
           kube: kube_pool.KubeSettings | None, out: CycleOutcome) -> CycleOutcome:
-    """Leave, change, re-test and rejoin ``node`` (inside a run that holds it); fill and return ``out``."""
+    """Leave, change, re-test and rejoin ``node`` (inside a run that holds it); fill and return ``out``.
+
+    A change that says it cannot be made refuses the cycle before the node leaves: nothing changes.
+    """
+    problems = [f"{c.name}: {why}" for c in changes if (why := c.precheck())]
+    if problems:
+        out.reason = "refused, nothing changed: " + "; ".join(problems)
+        return out
     t0 = now()
     left = leave(node, spec, kube)
     out.leave = asdict(left)

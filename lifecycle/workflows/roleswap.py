@@ -123,6 +123,9 @@ class PoolMove:
     target: str
     name: str = "move"
 
+    def precheck(self) -> str:
+        return ""
+
     def apply(self, node: str) -> ChangeResult:
         return ChangeResult(True, detail={"pool": move_pool(node, self.target, f"role swap from {self.source}")})
 
@@ -138,6 +141,9 @@ class RoleSwitch:
     source: str
     s: SwapSettings
     name: str = "switch"
+
+    def precheck(self) -> str:
+        return ""  # the hook's presence is a pre-check of the swap (roleswap_checks)
 
     def apply(self, node: str) -> ChangeResult:
         return ChangeResult(True, detail=_switch(node, scheduler_of(self.s.target), self.s))

@@ -36,6 +36,7 @@ def test_image_change_plans_reimage_accept_join_with_reasons(desired: Desired) -
     reimage = p.steps[0]
     assert reimage.implemented and "not yet implemented" not in reimage.describe()
     assert "0.0.1" in reimage.reason and f"{desired.image}:{desired.image_version}" in reimage.detail
+    assert reimage.target == f"{desired.image}:{desired.image_version}"  # what apply's runner reimages with
     assert f"leave ({desired.pool.leave_policy})" in reimage.detail and "re-test at quick" in reimage.detail
     assert "acceptance record" in p.steps[1].reason and p.steps[2].detail == f"Slurm partition {desired.pool.partition}"
 
