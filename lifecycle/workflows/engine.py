@@ -47,7 +47,9 @@ from lifecycle.store import connect, db, leases
 # 0.7: provisioning in three steps, not six (begin and inspect; network boot and power cycle;
 # phone-home and verdict: each journal write was controller CPU); a role swap reserves its
 # source pool's floor as a step (reserve_floor) after its pre-checks.
-APP_VERSION = "racklife-0.7"
+# 0.8: a role swap runs the per-node cycle (node_cycle: leave, changes, re-test, join) with its pool
+# move and role switch as changes; reimage (changes.change_node) and rolling upgrade (upgrade) runs.
+APP_VERSION = "racklife-0.8"
 NOTIFICATION_POLL_S = 0.5
 
 _launched_url: str | None = None
