@@ -13,8 +13,9 @@ node-01..03 serve the training pool (Slurm), node-04 the inference pool
   emulated BMC fails its tasks: ``--erase`` ends exit 1, the node is
   ``decommission_failed`` (not decommissioned), its certificate says
   ``not-erased``; healthy again, the same command finishes it;
-- node-04's IPMI BMC cannot erase: refused by name; without ``--erase`` it
-  leaves Kubernetes and its Node object is deleted.
+- node-04's IPMI BMC cannot erase: refused by name; a pod on it refuses the
+  decommission until ``--force`` evicts it (named in the report); it leaves
+  Kubernetes and its Node object is deleted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pytest
 import yaml
 
 from lifecycle.drivers.kube.api import KubeApiDriver
+from lifecycle.lab.kube.run import KubeAdmin
 from tests.e2e.conftest import RunningLab
 from tests.e2e.test_roleswap_lab import history, job_state, node, sbatch, wait_for
 
@@ -151,8 +153,14 @@ def _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab: RunningLa
     assert node(lab, "node-04")["state"] == "in_service"
     kube = KubeApiDriver.from_kubeconfig(Path(lab.env["KUBECONFIG"]))
     assert "node-04" in {n.name for n in kube.nodes()}
+    KubeAdmin.from_kubeconfig(Path(lab.env["KUBECONFIG"])).create_pod(
+        "llm-0", "node-04", labels={"app": "llm"}, owner_kind="ReplicaSet")
     code, out = decommission(lab, "node-04")
+    assert code == 5 and "pod default/llm-0" in out[0]["reason"], out
+    assert node(lab, "node-04")["state"] == "in_service"
+    code, out = decommission(lab, "node-04", "--force")
     assert code == 0, out
+    assert out[0]["leave"]["report"]["evicted"] == ["default/llm-0"], out[0]["leave"]
     assert out[0]["scheduler"] == {"node_object": "deleted", "gone": True}, out[0]["scheduler"]
     assert "node-04" not in {n.name for n in kube.nodes()}
     kube.close()
