@@ -12,7 +12,7 @@ would: ``racklife role-swap NODE --to inference --json`` of one training
 node in service, then of eight others in one command (eight runs at once).
 No job runs on them, so the drain has nothing to wait for.
 
-Each swap's phases come from its run (``phases``: drain wait, switch, re-test,
+Each swap's phases come from its run (``phases``: drain wait, move, switch, re-test,
 join, as recorded in the node's history). The world's waits are measured
 where they happen, not estimated:
 
@@ -123,10 +123,10 @@ def report(label: str, r: dict[str, Any], goal: float) -> dict[str, Any]:
     world = max(p["hook_s"] + p["burnin_s"] for p in per.values())
     overhead = r["wall_s"] - world
     print(f"{label}: {len(per)} node(s), command wall {r['wall_s']:.1f} s")
-    cols = ("drain_wait", "switch", "retest", "join", "hook_s", "burnin_s")
+    cols = ("drain_wait", "move", "switch", "retest", "join", "hook_s", "burnin_s")
     print("  node      " + "".join(f"{c:>12}" for c in cols) + "   own (phases - hook - burn-in)")
     for n, p in sorted(per.items()):
-        own = sum(p.get(c, 0.0) for c in cols[:4]) - p["hook_s"] - p["burnin_s"]
+        own = sum(p.get(c, 0.0) for c in cols[:5]) - p["hook_s"] - p["burnin_s"]
         print(f"  {n:<9} " + "".join(f"{p.get(c, 0.0):12.1f}" for c in cols) + f"   {own:8.1f}")
     print(f"  racklife's overhead: {overhead:.1f} s (wall - the longest node's hook + burn-in, {world:.1f} s); "
           f"goal <= {goal:g} s: {'met' if overhead <= goal else 'MISSED'}")
