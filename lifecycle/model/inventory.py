@@ -184,6 +184,8 @@ class Pool(_Model):
     """The acceptance level a node is re-tested at before it joins this pool in a role swap."""
     image: Name | None = None
     """The image a node of this pool runs (one of ``images``): ``role-swap --reimage`` reprovisions with it."""
+    max_repair_percent: StrictInt = Field(10, ge=1, le=100)
+    """Automatic repairs under way in this pool at once, as a share of its nodes (at least one node)."""
 
     @model_validator(mode="after")
     def _scheduler_fields(self) -> Pool:
