@@ -2,7 +2,7 @@
 
 A create or update converges the node on the resource through the planner's
 apply (enrol, provision, accept, join; a changed pool is a role swap by
-``move-pool``; a changed image a reimage once racklife has that workflow); a
+``move-pool``; a changed image a reimage); a
 read is the planner's refresh and plan of the node; a delete is its
 decommission (the apply of the inventory without it), refused while jobs
 run. Observed values are computed attributes;

@@ -7,8 +7,8 @@ nodes (Slurm for node-01..03, Kubernetes for node-04) and a second plan says
 the apply carries out as a role swap. node-01 powered off by hand through its
 BMC emulator shows in the next plan as an update whose `steps` hold the
 power-on, which the apply performs. Raising the training pool's min_nodes
-makes a move out of it a refused update; an image change is refused before
-anything runs while racklife has no reimage workflow. Destroying node-02 is refused while a
+makes a move out of it a refused update; an image change is planned (and,
+while racklife had no reimage workflow, refused before anything ran). Destroying node-02 is refused while a
 Slurm job runs on it (it stays in service and in the Terraform state), and
 with it idle it is decommissioned and leaves the state.
 """
