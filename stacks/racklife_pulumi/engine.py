@@ -9,7 +9,7 @@ joins it). So the CLI, Pulumi and Terraform can never disagree about what a
 change does.
 
 Before acting, the node is planned: if the resource's part of the plan holds
-a step racklife has no workflow for yet (a reimage, so far), or a
+a step racklife has no workflow for yet (a pool's labels, a firmware update), or a
 blocker (a foreign drain, a quarantine, running jobs under ``wait``), the
 operation is refused with the planner's words and nothing is touched. A
 half-done plan (a node drained for a reimage that cannot follow) would be

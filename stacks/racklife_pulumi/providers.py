@@ -9,7 +9,7 @@ resource owns (``engine.converge``), or the planner's refresh (``read``):
 | ``PoolMembership`` | join the pool's scheduler | pool: role swap | leave (racklife's drain) |
 | ``SlurmNodeRegistration`` | verify Slurm lists it in service | verify again | nothing (below) |
 
-A step racklife has no workflow for yet (reimage, until it lands) or a
+A step racklife has no workflow for yet (a firmware update, a pool's labels) or a
 blocker is refused before anything changes, with the planner's words.
 ``SlurmNodeRegistration`` is Slurm's side of a training node: its create and
 update check, through the planner's refresh, that slurmctld lists

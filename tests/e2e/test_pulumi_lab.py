@@ -164,8 +164,8 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
         other["spec"]["serial"] = "LAB99999"
         assert node.diff("node-03", built.id, built.outs, other) == ("DIFF_SOME", ["spec.serial"])
         assert node.diff("node-03", built.id, built.outs, inputs)[0] == "DIFF_NONE"
-        # Refused before anything runs: no reimage workflow yet, or (now there is one) no build of minimal2.
-        with pytest.raises(HostError, match=r"reimage.*(not yet implemented|is not built|not published)"):
+        # Refused before anything runs: the boot server has no build of minimal2.
+        with pytest.raises(HostError, match=r"reimage.*(is not built|not published)"):
             node.update("node-03", built.id, built.outs, reimaged)
         assert nodes(lab)["node-03"]["state"] == "in_service" and sinfo(lab, "node-03")[0] == "idle"
 
