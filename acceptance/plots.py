@@ -39,7 +39,7 @@ def _warm() -> None:
     ax.set_xscale("log", base=2)
     ax.plot([1, 2], [1, 2], marker="o")
     ax.set_title("warm-up", fontsize=8)
-    _svg(fig)
+    figure_svg(fig)
 
 
 def preload() -> threading.Thread:
@@ -52,7 +52,8 @@ def preload() -> threading.Thread:
     return thread
 
 
-def _svg(fig: Figure) -> str:
+def figure_svg(fig: Figure) -> str:
+    """The figure as SVG text to embed in an HTML page (glyphs as paths: no fonts needed)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
@@ -95,7 +96,7 @@ def busbw_curves(curves: Mapping[str, Curve], failing: set[str], title: str, flo
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="lower right")
-    return _svg(fig)
+    return figure_svg(fig)
 
 
 def fleet_distribution(stats: Sequence[FleetStat], flagged: Mapping[str, set[str]], policy: OutlierPolicy) -> str:
@@ -108,7 +109,7 @@ def fleet_distribution(stats: Sequence[FleetStat], flagged: Mapping[str, set[str
         ax = fig.add_subplot()
         ax.text(0.5, 0.5, "no fleet comparison: too few nodes with values", ha="center", va="center")
         ax.set_axis_off()
-        return _svg(fig)
+        return figure_svg(fig)
     axes = fig.subplots(len(applied), 1, squeeze=False)
     for row, stat in enumerate(applied):
         ax = axes[row][0]
@@ -131,4 +132,4 @@ def fleet_distribution(stats: Sequence[FleetStat], flagged: Mapping[str, set[str
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1][0].set_xlabel("% of fleet median (dashed: flag line)")
     fig.tight_layout()
-    return _svg(fig)
+    return figure_svg(fig)

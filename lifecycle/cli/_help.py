@@ -85,6 +85,7 @@ EXAMPLES: dict[str, str] = {
     "destroy": "racklife destroy --stack lab --yes",
     "status": "racklife status --watch 5",
     "report capacity": "racklife report capacity --since 7d --json",
+    "report fleet": "racklife report fleet --out fleet.html --since 30d",
     "terraform install-provider": "racklife terraform install-provider --dir ~/tf-mirror --config ~/.terraformrc",
     "lab up": "sudo racklife lab up --nodes 4 --dir /tmp/rl-lab",
     "lab status": "racklife lab status --dir /tmp/rl-lab",

@@ -1,9 +1,10 @@
-"""`racklife report capacity`: GPU-hours per pool by what the GPUs were doing, over a window."""
+"""`racklife report capacity` (GPU-hours per pool by what the GPUs were doing) and `report fleet` (an HTML page)."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import typer
 
@@ -57,3 +58,38 @@ def capacity_cmd(since: str = typer.Option(..., "--since", help="Start: 7d, 24h,
                 for p, caps in sorted(ledger.by_capacity.items()) if any(caps.values())])
     out_console.print("moving: hours in lending and reclaiming (part of lent); no reconciliation with Slurm "
                       "accounting (docs/limits.md)")
+
+
+@app.command("fleet")
+def fleet_cmd(out: Path = typer.Option(..., "--out", help="The HTML file to write (its directory must exist)."),
+              since: str = typer.Option("7d", "--since", help="Start: 7d, 24h, 2w ago, or an ISO 8601 time."),
+              until: str | None = typer.Option(None, "--until", help="End (default: now); same forms."),
+              as_json: bool = JsonOpt) -> None:
+    """One self-contained HTML page: pools over time, the capacity ledger, acceptance history, failure causes."""
+    from lifecycle.service import fleet_report
+
+    now = datetime.now(UTC)
+    start = parse_when(since, now, "--since")
+    end = parse_when(until, now, "--until") if until else now
+    if not out.parent.is_dir():
+        fail(f"--out {out}: directory {out.parent} does not exist", BAD_INPUT)
+    store = Store()
+    try:
+        try:
+            report = fleet_report.build(store, start, end)
+        except ValueError as exc:
+            fail(str(exc), BAD_INPUT)
+    finally:
+        store.close()
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(fleet_report.render_html(report), encoding="utf-8")
+    tmp.replace(out)
+    failed = sum(not a.passed for a in report.acceptance)
+    if as_json:
+        emit_json({"out": str(out), "since": report.since.isoformat(), "until": report.until.isoformat(),
+                   "pools": sorted(report.gpus), "acceptance_records": len(report.acceptance),
+                   "failed": failed, "by_check": dict(report.by_check),
+                   "by_xid": {str(k): v for k, v in report.by_xid.items()}})
+        return
+    out_console.print(f"wrote {out}: {len(report.gpus)} pool(s), {len(report.acceptance)} acceptance record(s), "
+                      f"{failed} failed")

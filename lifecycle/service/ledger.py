@@ -53,7 +53,7 @@ def _aware(v: datetime) -> datetime:
     return v if v.tzinfo else v.replace(tzinfo=UTC)
 
 
-def _pool_at(changes: list[tuple[datetime, str, str]], current: str, at: datetime) -> str:
+def pool_at(changes: list[tuple[datetime, str, str]], current: str, at: datetime) -> str:
     """The node's pool at ``at``: the old side of the first pool change after it, else the current pool."""
     for when, old, _new in changes:
         if at < when:
@@ -91,7 +91,7 @@ def capacity_ledger(store: Store, since: datetime, until: datetime | None = None
             mine = changes.get(name, [])
             cuts = [lo, *sorted(w for w, _o, _n in mine if lo < w < hi), hi]  # a pool change splits the interval
             for a, b in itertools.pairwise(cuts):
-                pool = _pool_at(mine, current_pool, a)
+                pool = pool_at(mine, current_pool, a)
                 hours = gpus * (b - a).total_seconds() / 3600
                 by_capacity.setdefault(pool, {cap.value: 0.0 for cap in Capacity})[CAPACITY[state].value] += hours
                 by_state[pool][state.value] += hours
