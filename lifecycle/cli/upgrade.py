@@ -1,9 +1,13 @@
-"""`racklife upgrade --pool P|--nodes … --image NAME[:VERSION] …` and `upgrade status|pause|resume|abort RUN`.
+"""`racklife upgrade --pool P|--nodes … (--image NAME[:VERSION] | --firmware FILE --component C | --bios K=V…) …`
+and `upgrade status|pause|resume|abort RUN`.
 
 A rolling upgrade is one durable run (``lifecycle.workflows.upgrade``): the
 nodes go batch by batch, canary first, each through the one per-node path
-(leave under the policy, reimage, re-test at its pool's level, rejoin). This
-module picks the nodes (in service, not already on the image), plans the
+(leave under the policy, the change — reimage, firmware update or BIOS
+settings through the node's BMC —, re-test at its pool's level, rejoin). This
+module picks the nodes (in service, not already changed, with a BMC that can
+take the change: an IPMI node is left out of a firmware or BIOS upgrade, with
+the reason), plans the
 batches within every pool's ``--max-unavailable`` and floor (``--dry-run``
 prints them and changes nothing), brings the boot server up, and starts and
 follows the run; the control commands send it messages through the database.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import getpass
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -34,6 +38,9 @@ from lifecycle.cli._common import (
 )
 from lifecycle.cli.kube import KubeconfigOpt
 from lifecycle.cli.roleswap import parse_duration
+
+if TYPE_CHECKING:
+    from lifecycle.workflows.changes import ChangeSpec
 
 app = typer.Typer(help="Rolling upgrades: batches within each pool's limits, canary first.")
 
@@ -52,6 +59,14 @@ def upgrade_cmd(
     pool: str | None = typer.Option(None, "--pool", help="Upgrade every node of this pool."),
     nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (instead of --pool)."),
     image: str | None = typer.Option(None, "--image", help="The image to reimage with: NAME or NAME:VERSION."),
+    firmware: Path | None = typer.Option(None, "--firmware", help="A firmware image to update --component with "
+                                                                 "(Redfish UpdateService)."),
+    component: str | None = typer.Option(None, "--component", help="With --firmware: the component (name or id)."),
+    firmware_version: str | None = typer.Option(
+        None, "--firmware-version", help="With --firmware: the version it installs (a node already on it is "
+                                         "left out; one that reads another after the update fails)."),
+    bios: list[str] | None = typer.Option(None, "--bios", help="A BIOS attribute KEY=VALUE to set (repeat it); "
+                                                                 "applied by a reboot and read back."),
     max_unavailable: str = typer.Option("25%", "--max-unavailable",
                                         help="Per pool, nodes out of service at once: N or P%."),
     canary: int = typer.Option(1, "--canary", min=0, max=1000,
@@ -85,18 +100,46 @@ def upgrade_cmd(
 
     if (pool is None) == (nodes is None):
         fail("give exactly one of --pool or --nodes", BAD_INPUT)
-    if image is None:
-        fail("--image NAME[:VERSION] is required (the change kinds that work today: image)", BAD_INPUT)
+    change = _bmc_change(image, firmware, component, firmware_version, bios or [])
     try:
         req = upgrade_start.Request.parse(
             pool=pool, nodes=nodes, image=image, max_unavailable=max_unavailable, canary=canary, policy=policy,
             deadline_s=parse_duration(deadline) if deadline is not None else None, window=window,
-            auto_continue=auto_continue, halt_after=halt_after, operator=operator or getpass.getuser())
+            auto_continue=auto_continue, halt_after=halt_after, operator=operator or getpass.getuser(),
+            change=change)
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
     boot = upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout)
     accept = upgrade_start.accept_template(req.operator, ssh_config, profile, burnin_python)
     upgrade_start.start(req, boot, accept, kubeconfig, dry_run, as_json)
+
+
+def _bmc_change(image: str | None, firmware: Path | None, component: str | None, version: str | None,
+                bios: list[str]) -> ChangeSpec | None:
+    """The firmware or BIOS change asked for (None: an image); exactly one kind, or exit 2."""
+    from lifecycle.workflows.changes import ChangeKind, ChangeSpec  # the engine only when a change is made
+
+    if sum(x is not None and x != [] for x in (image, firmware, bios or None)) != 1:
+        fail("give exactly one change: --image NAME[:VERSION], --firmware FILE --component C, or --bios KEY=VALUE",
+             BAD_INPUT)
+    if (component is not None or version is not None) and firmware is None:
+        fail("--component and --firmware-version go with --firmware", BAD_INPUT)
+    if firmware is not None:
+        if component is None:
+            fail("--firmware needs --component (racklife bmc firmware list NODE shows them)", BAD_INPUT)
+        if not firmware.is_file():
+            fail(f"{firmware}: no such file", BAD_INPUT)
+        params = (("file", str(firmware.resolve())),) + ((("version", version),) if version else ())
+        return ChangeSpec(ChangeKind.FIRMWARE, component, params)
+    if bios:
+        pairs: dict[str, str] = {}
+        for item in bios:
+            key, sep, value = item.partition("=")
+            if not sep or not key or key in pairs:
+                fail(f"--bios {item!r}: expected KEY=VALUE, each KEY once", BAD_INPUT)
+            pairs[key] = value
+        return ChangeSpec(ChangeKind.BIOS, ",".join(f"{k}={v}" for k, v in pairs.items()), tuple(pairs.items()))
+    return None
 
 
 RunArg = typer.Argument(..., help="The upgrade run's id (printed when it started).")

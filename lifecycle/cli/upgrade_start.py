@@ -24,7 +24,7 @@ from lifecycle.store import NodeNotFound, Store, StoreError
 from lifecycle.store.db import default_home
 from lifecycle.workflows.accept import AcceptSettings
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server
-from lifecycle.workflows.changes import ChangeContext, ChangeKind, ChangeSettings, ChangeSpec, has
+from lifecycle.workflows.changes import ChangeContext, ChangeKind, ChangeSettings, ChangeSpec, has, unsupported
 from lifecycle.workflows.upgrade import UpgradeSettings, Window
 from lifecycle.workflows.upgrade_batches import Member, NoRoom, PoolNow, Threshold, plan_batches
 
@@ -44,15 +44,19 @@ class Request:
     operator: str
 
     @staticmethod
-    def parse(*, pool: str | None, nodes: str | None, image: str, max_unavailable: str, canary: int,
+    def parse(*, pool: str | None, nodes: str | None, image: str | None, max_unavailable: str, canary: int,
               policy: str | None, deadline_s: float | None, window: str | None, auto_continue: bool,
-              halt_after: str, operator: str) -> Request:
-        """The request, or a ValueError naming the option at fault."""
+              halt_after: str, operator: str, change: ChangeSpec | None = None) -> Request:
+        """The request, or a ValueError naming the option at fault (``change``: a firmware or BIOS
+        change instead of ``image``)."""
         if policy is not None and policy not in ("wait", "requeue"):
             raise ValueError(f"--policy must be wait or requeue, not {policy!r}")
-        name, _, version = image.partition(":")
-        if not name or (":" in image and not version):
-            raise ValueError(f"--image must be NAME or NAME:VERSION, not {image!r}")
+        if change is None:
+            image = image or ""
+            name, _, version = image.partition(":")
+            if not name or (":" in image and not version):
+                raise ValueError(f"--image must be NAME or NAME:VERSION, not {image!r}")
+            change = ChangeSpec(ChangeKind.IMAGE, image)
         text = halt_after.strip()
         try:
             percent = float(text.removesuffix("%"))
@@ -63,7 +67,7 @@ class Request:
         names = tuple(dict.fromkeys(n for n in (nodes or "").split(",") if n))
         if nodes is not None and not names:
             raise ValueError("--nodes names no node")
-        return Request(pool, names, ChangeSpec(ChangeKind.IMAGE, image), Unavailable.parse(max_unavailable), canary,
+        return Request(pool, names, change, Unavailable.parse(max_unavailable), canary,
                        policy, deadline_s, Window.parse(window) if window is not None else None, auto_continue,
                        Threshold(after_percent=percent), operator)
 
@@ -87,8 +91,11 @@ def select(store: Store, req: Request) -> Selection:
     members: list[Member] = []
     skipped: dict[str, str] = {}
     for r in records:
+        cannot = unsupported(r.node(), req.change)
         if r.state is not State.IN_SERVICE:
             skipped[r.name] = f"{r.state.value}: only a node in service is upgraded"
+        elif cannot is not None:  # its BMC lacks the interface (IPMI for firmware and BIOS)
+            skipped[r.name] = cannot
         elif has(store, r.name, req.change):
             skipped[r.name] = f"already on {req.change.target}"
         else:
@@ -145,19 +152,25 @@ def start(req: Request, boot: BootSettings, accept: AcceptSettings, kubeconfig: 
             return
         kube = _kube(kubeconfig, sel.pools, store)
         levels: dict[str, str] = {p: store.pool(p).retest_level for p in sel.pools}
-        try:
-            with boot_server(store, boot) as served:
-                if req.change.target not in served.settings["images"]:
-                    fail(f"--image {req.change.target!r} is not built (have: "
-                         f"{', '.join(sorted(served.settings['images']))})", BAD_INPUT)
-                node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(served.settings), kube=kube,
-                                      policy=req.policy, deadline_s=req.deadline_s,
-                                      why=f"racklife upgrade: {req.change.describe()}")
-                settings = UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels, req.canary,
-                                           req.auto_continue, req.threshold, req.window)
-                report = _run(settings)
-        except (BootSetupError, OSError) as exc:  # no built image; the boot server's address taken
-            fail(f"the boot server cannot start: {exc}", BAD_INPUT)
+        if req.change.kind is not ChangeKind.IMAGE:  # firmware, BIOS: through each node's BMC, no boot server
+            node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(), kube=kube, policy=req.policy,
+                                  deadline_s=req.deadline_s, why=f"racklife upgrade: {req.change.describe()}")
+            report = _run(UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels, req.canary,
+                                          req.auto_continue, req.threshold, req.window))
+        else:
+            try:
+                with boot_server(store, boot) as served:
+                    if req.change.target not in served.settings["images"]:
+                        fail(f"--image {req.change.target!r} is not built (have: "
+                             f"{', '.join(sorted(served.settings['images']))})", BAD_INPUT)
+                    node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(served.settings),
+                                          kube=kube, policy=req.policy, deadline_s=req.deadline_s,
+                                          why=f"racklife upgrade: {req.change.describe()}")
+                    settings = UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels, req.canary,
+                                               req.auto_continue, req.threshold, req.window)
+                    report = _run(settings)
+            except (BootSetupError, OSError) as exc:  # no built image; the boot server's address taken
+                fail(f"the boot server cannot start: {exc}", BAD_INPUT)
     finally:
         store.close()
     finish(report, as_json)

@@ -10,8 +10,10 @@ its inventory entry before anything is planned (``check``): IPMI has no firmware
 interface, and a step asked anyway refuses with that reason, sending nothing.
 
 ``update_firmware(node, file, component)`` and ``set_bios(node, attrs)`` are the workflow
-steps (journaled, the node's BMC from the store); ``apply_bios`` and ``coerce_bios`` are the
-driver-level pieces the CLI shares.
+steps (journaled, the node's BMC from the store); ``FirmwareChange`` and ``BiosChange`` wrap
+them as changes of a node's cycle (the ``firmware`` and ``bios`` rows of
+``workflows/changes.py``, which the rolling upgrade runs); ``apply_bios`` and
+``coerce_bios`` are the driver-level pieces the CLI shares.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from lifecycle.drivers.bmc.base import (
     require,
 )
 from lifecycle.drivers.bmc.firmware import update_firmware as verified_update
-from lifecycle.drivers.errors import NotSupported, OperationFailed
+from lifecycle.drivers.errors import DriverError, NotSupported, OperationFailed
 from lifecycle.model.inventory import Node
+from lifecycle.workflows.node_cycle import ChangeResult
 from lifecycle.workflows.retry import step
 
 
@@ -234,3 +237,80 @@ def firmware_version(node: str, component: str) -> str:
         return find_component(fw.firmware_inventory(), component, fw.target).version
     finally:
         bmc.close()
+
+
+# --- as changes of a node's cycle (workflows/changes.py: the rolling upgrade) -------------
+
+@dataclass
+class FirmwareChange:
+    """A firmware update as one change of a node's cycle, verified by the version read back."""
+
+    component: str
+    file: str
+    settings: FirmwareSettings = field(default_factory=FirmwareSettings)
+    name: str = "firmware"
+
+    def precheck(self) -> str:
+        return "" if Path(self.file).is_file() else f"{self.file}: no such firmware image"
+
+    def apply(self, node: str) -> ChangeResult:
+        try:
+            done = update_firmware(node, self.file, self.component, self.settings)
+        except DriverError as exc:
+            return ChangeResult(False, exc.message)
+        return ChangeResult(True, "", done)
+
+    def undo(self, node: str) -> ChangeResult | None:
+        return None  # the old image is not kept: a node whose update failed is quarantined
+
+
+@dataclass
+class BiosChange:
+    """BIOS attributes (``KEY=VALUE`` strings, typed like the live attribute) as one change of
+    a node's cycle; undone by setting the values read before it back (journaled, so a
+    recovered run undoes to the same values)."""
+
+    attributes: dict[str, str]
+    settings: BiosSettings = field(default_factory=BiosSettings)
+    name: str = "bios"
+    before: dict[str, object] = field(default_factory=dict)
+
+    def precheck(self) -> str:
+        return "" if self.attributes else "no BIOS attributes to set"
+
+    def apply(self, node: str) -> ChangeResult:
+        try:
+            self.before = bios_values(node, sorted(self.attributes))
+            wanted = coerce_bios(self.before, self.attributes, node)
+            done = set_bios(node, wanted, self.settings)
+        except DriverError as exc:
+            return ChangeResult(False, exc.message)
+        return ChangeResult(True, "", done)
+
+    def undo(self, node: str) -> ChangeResult | None:
+        if not self.before:
+            return ChangeResult(True, "nothing was changed")
+        try:
+            return ChangeResult(True, "", set_bios(node, self.before, self.settings))
+        except DriverError as exc:
+            return ChangeResult(False, exc.message)
+
+
+def has_firmware(node: str, component: str, version: str | None) -> bool:
+    """Whether ``node`` reads ``version`` for ``component``. Unknown (no version asked for, a
+    BMC that does not answer) is "not yet": the change runs and proves itself."""
+    if version is None:
+        return False
+    try:
+        return firmware_version(node, component) == version
+    except DriverError:
+        return False
+
+
+def has_bios(node: str, attributes: dict[str, str]) -> bool:
+    """Whether ``node``'s live BIOS reads every attribute already (unknown: not yet)."""
+    try:
+        live = bios_values(node, sorted(attributes))
+        return coerce_bios(live, attributes, node) == live
+    except DriverError:
+        return False

@@ -5,15 +5,22 @@ the same way: leave, change, re-test, rejoin (:mod:`lifecycle.workflows.
 node_cycle`). What differs is the change, so the change is a row of
 ``KINDS``: how to build it from a typed request (:class:`ChangeSpec`), how to
 tell whether a node already has it, and what it needs from the process that
-runs it. Only kinds that really work are listed; firmware and BIOS updates
-(Redfish ``UpdateService``, ``Bios/Settings``) join the table as rows of their
-own when their drivers exist (docs/limits.md).
+runs it, and which BMC interface it needs (a node whose BMC lacks it — IPMI
+for firmware and BIOS — is left out of an upgrade with that reason, before
+anything is planned).
 
 ``image``: a reimage — a drained node is reprovisioned (``drained →
 reprovisioning → provisioned``) through the same boot attempts, claimed
 power cycle and phone-home verification as a first provisioning
 (``provision.boot_into``), with the image and version the request names.
 A reimage cannot be taken back: a node whose reimage failed is quarantined.
+
+``firmware``: a Redfish firmware update of one component (target: the
+component; params: ``file`` and, optionally, ``version``), verified by the
+version read back from FirmwareInventory; not taken back (quarantine).
+``bios``: BIOS attributes (target: ``K=V,…``; params: the pairs) staged,
+applied by a reboot and read back; undone by setting the old values back.
+Both: ``workflows/bmc_changes.py``.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from typing import Any
 
 from dbos import DBOS
 
+from lifecycle.drivers.bmc.base import Capability
+from lifecycle.model.inventory import Node
 from lifecycle.model.states import Actor, State
 from lifecycle.store import Store, observations, shared_store
-from lifecycle.workflows import accept, provision
+from lifecycle.workflows import accept, bmc_changes, provision
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_cycle import Change, ChangeResult, CycleOutcome, LeaveSpec, cycle, summary
@@ -37,6 +46,8 @@ from lifecycle.workflows.retry import step
 
 class ChangeKind(StrEnum):
     IMAGE = "image"
+    FIRMWARE = "firmware"
+    BIOS = "bios"
 
 
 @dataclass(frozen=True)
@@ -45,9 +56,12 @@ class ChangeSpec:
 
     kind: ChangeKind
     target: str
+    params: tuple[tuple[str, str], ...] = ()
+    """What a kind needs beyond its target (firmware: ``file``, ``version``; bios: the pairs)."""
 
     def describe(self) -> str:
-        return f"{self.kind.value} {self.target}"
+        version = dict(self.params).get("version") if self.kind is ChangeKind.FIRMWARE else None
+        return f"{self.kind.value} {self.target}" + (f" {version}" if version else "")
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,31 @@ def _has_image(store: Store, node: str, spec: ChangeSpec) -> bool:
     return last[0].get("image") == name and (version is None or last[0].get("image_version") == version)
 
 
+# ------------------------------------------------------------------ firmware and BIOS (Redfish)
+
+
+def _firmware(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    p = dict(spec.params)
+    if "file" not in p:
+        raise ValueError("a firmware change needs the image file")
+    return bmc_changes.FirmwareChange(spec.target, p["file"],
+                                      bmc_changes.FirmwareSettings(expect_version=p.get("version")))
+
+
+def _has_firmware(store: Store, node: str, spec: ChangeSpec) -> bool:
+    return bmc_changes.has_firmware(node, spec.target, dict(spec.params).get("version"))
+
+
+def _bios(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    if not spec.params:
+        raise ValueError("a BIOS change needs KEY=VALUE attributes")
+    return bmc_changes.BiosChange(dict(spec.params))
+
+
+def _has_bios(store: Store, node: str, spec: ChangeSpec) -> bool:
+    return bmc_changes.has_bios(node, dict(spec.params))
+
+
 @dataclass(frozen=True)
 class Kind:
     build: Callable[[ChangeSpec, ChangeContext], Change]
@@ -131,11 +170,23 @@ class Kind:
     """Whether the node already has the change (an upgrade skips it; reads only)."""
     phase: str
     """The phase name the change's time is recorded under."""
+    needs: Capability | None = None
+    """The BMC interface the change needs (``factory.supports`` answers from the inventory)."""
 
 
 KINDS: dict[ChangeKind, Kind] = {
     ChangeKind.IMAGE: Kind(_image, _has_image, "reimage"),
+    ChangeKind.FIRMWARE: Kind(_firmware, _has_firmware, "firmware", Capability.FIRMWARE),
+    ChangeKind.BIOS: Kind(_bios, _has_bios, "bios", Capability.BIOS),
 }
+
+
+def unsupported(node: Node, spec: ChangeSpec) -> str | None:
+    """None when ``node`` can take ``spec``; else why not (no I/O: its BMC's hardware type)."""
+    from lifecycle.drivers.bmc.factory import unsupported_reason
+
+    needs = KINDS[spec.kind].needs
+    return unsupported_reason(node, needs) if needs is not None else None
 
 
 def build(spec: ChangeSpec, ctx: ChangeContext) -> Change:

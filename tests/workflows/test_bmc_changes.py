@@ -3,6 +3,7 @@ by a reboot and read back (against the emulator over HTTP), and typed from KEY=V
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,3 +186,41 @@ def test_the_node_steps_update_firmware_and_set_bios_through_the_store(
     assert (result["applied"], result["rebooted"]) == (True, True)
     assert bmc_changes.bios_values(REDFISH_NODE, ["ProcVirtualization"]) == {
         "ProcVirtualization": "Disabled"}
+
+
+def test_the_change_kinds_a_rolling_upgrade_runs(emulated: RedfishEmulator, tmp_path: Path) -> None:
+    """The firmware and bios rows of workflows/changes.py: built from a spec, already-there
+    checks that read the BMC, and the BIOS change undone to the values read before it."""
+    from lifecycle.workflows import changes
+
+    store = Store(os.environ["RACKLIFE_DB"])  # the emulated fixture's
+
+    image = make_image(tmp_path / "fw.tar", "BMC", "2.98.0")
+    fw = changes.ChangeSpec(changes.ChangeKind.FIRMWARE, "5d0869c4",
+                            (("file", str(image)), ("version", "2.98.0")))
+    assert fw.describe() == "firmware 5d0869c4 2.98.0"
+    assert not changes.has(store, REDFISH_NODE, fw)
+    change = changes.build(fw, changes.ChangeContext())
+    assert change.precheck() == ""
+    done = change.apply(REDFISH_NODE)
+    assert done.ok and done.detail["after"] == "2.98.0", done.reason
+    assert changes.has(store, REDFISH_NODE, fw) and change.undo(REDFISH_NODE) is None
+
+    bios = changes.ChangeSpec(changes.ChangeKind.BIOS, "ProcVirtualization=Disabled",
+                              (("ProcVirtualization", "Disabled"),))
+    assert not changes.has(store, REDFISH_NODE, bios)
+    bios_change = changes.build(bios, changes.ChangeContext())
+    assert isinstance(bios_change, bmc_changes.BiosChange)
+    bios_change.settings = BiosSettings(poll_s=0.2, timeout_s=30.0)
+    assert bios_change.apply(REDFISH_NODE).ok
+    assert changes.has(store, REDFISH_NODE, bios)
+    undone = bios_change.undo(REDFISH_NODE)
+    assert undone is not None and undone.ok, undone
+    assert bmc_changes.bios_values(REDFISH_NODE, ["ProcVirtualization"]) == {
+        "ProcVirtualization": "Enabled"}
+
+    ipmi = store.get(IPMI_NODE).node()
+    assert changes.unsupported(ipmi, fw) is not None and changes.unsupported(ipmi, bios) is not None
+    assert changes.unsupported(store.get(REDFISH_NODE).node(), fw) is None
+    assert changes.unsupported(ipmi, changes.ChangeSpec(changes.ChangeKind.IMAGE, "minimal")) is None
+    store.close()
