@@ -78,6 +78,7 @@ EXAMPLES: dict[str, str] = {
     "upgrade abort": "racklife upgrade abort upgrade-5f0c2a9d41be --json",
     "role-swap": "racklife role-swap r01-n07 r01-n08 --to inference --policy requeue --deadline 30m --reimage "
                  "--dry-run",
+    "repair": "racklife repair r01-n03 --from-xid 79 --dry-run",
     "serve": "racklife serve --db postgresql://racklife@db.example/racklife --refresh-interval 300",
     "decommission": "racklife decommission r01-n07 --erase --force --dry-run",
     "up": "racklife up --stack lab",

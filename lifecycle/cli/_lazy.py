@@ -76,6 +76,9 @@ COMMANDS: dict[str, Entry] = {
                      "decommissioned (no erase)."),
     "role-swap": Entry("roleswap", "role_swap_cmd",
                        "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
+    "repair": Entry("repair", "repair_cmd",
+                    "Repair NODE: leave, reboot or quarantine, re-test under load, rejoin; within the pool's "
+                    "breaker."),
     "serve": Entry("serve", "serve_cmd",
                    "Run the controller: recover and run every workflow, take over dead peers' runs, refresh "
                    "the fleet."),

@@ -12,13 +12,14 @@ from lifecycle.workflows import (
     node_ops,
     power,
     provision,
+    repair,
     roleswap,
     slurm_pool,
     upgrade,
 )
 
 # Importing a workflow module registers its workflows with DBOS.
-MODULES = (accept, changes, decommission, elastic, kube_pool, node_ops, power, provision, roleswap, slurm_pool,
+MODULES = (accept, changes, decommission, elastic, kube_pool, node_ops, power, provision, repair, roleswap, slurm_pool,
            upgrade)
 
 # The queue front ends hand whole runs to `racklife serve` on, and the queues a command that
