@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -120,6 +120,7 @@ class Fleet:
     observations: dict[str, Observation]
     unreadable: tuple[str, ...]  # nodes whose stored observation this version cannot read
     drift: tuple[Drift, ...]
+    floors: dict[str, int] = field(default_factory=dict)  # pool -> min_nodes (0: no floor)
 
     def pool_of(self, node: str) -> str:
         return next((n.pool for n in self.nodes if n.name == node), "")
@@ -182,7 +183,9 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     now = now or datetime.now(UTC)
     records, nodes = _nodes(store)
     with store.engine.connect() as conn:
-        pools = tuple(sorted({r.name for r in conn.execute(sa.select(db.pools.c.name))} | {n.pool for n in nodes}))
+        specs = {r.name: r.spec for r in conn.execute(sa.select(db.pools.c.name, db.pools.c.spec))}
+    pools = tuple(sorted(set(specs) | {n.pool for n in nodes}))
+    floors = {p: Pool.model_validate(json.loads(spec)).min_nodes for p, spec in specs.items() if spec}
     observed: dict[str, Observation] = {}
     unreadable: list[str] = []
     for name, (_at, doc) in stored_observations.load(store).items():
@@ -199,7 +202,7 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
             pool = pool_specs.setdefault(rec.pool, store.pool(rec.pool))
             found += drift(observed[rec.name], Desired(spec, pool, spec.image, None))
     return Fleet(now, pools, nodes, _runs(store), _acceptance(store, {n.name: n.sku for n in nodes}),
-                 observed, tuple(sorted(unreadable)), tuple(found))
+                 observed, tuple(sorted(unreadable)), tuple(found), floors)
 
 
 def by_pool(nodes: Sequence[NodeRow]) -> dict[str, list[NodeRow]]:

@@ -47,6 +47,8 @@ METRICS: dict[str, str] = {
     "racklife_nodes": "Nodes by pool and lifecycle state (every state of every pool, zeros included).",
     "racklife_node_state_seconds": "Seconds each node has been in its current state.",
     "racklife_nodes_out_of_service": "Nodes serving no scheduler, by pool, state and the event that put them there.",
+    "racklife_pool_min_nodes": "The pool's floor (min_nodes in the inventory): the fewest nodes it keeps in "
+                               "service (0: none).",
     "racklife_pool_gpus": "GPUs per pool by what they are doing (in_service, lent, draining, quarantined, ...).",
     "racklife_slurm_drains": "Nodes drained or down in Slurm at the last refresh, by pool and drain owner.",
     "racklife_kube_cordons": "Nodes cordoned in Kubernetes at the last refresh, by pool and cordon owner.",
@@ -86,6 +88,10 @@ def _nodes(f: Fleet) -> Iterator[Metric]:
             gpus.add_metric([pool, cap.value], per_capacity[cap])
     yield nodes
     yield gpus
+    floors = _g("racklife_pool_min_nodes", ["pool"])
+    for pool in f.pools:
+        floors.add_metric([pool], f.floors.get(pool, 0))
+    yield floors
     since = _g("racklife_node_state_seconds", ["node", "pool", "state"])
     for n in f.nodes:
         since.add_metric([n.name, n.pool, n.state.value], max(0.0, (f.at - n.state_since).total_seconds()))

@@ -9,6 +9,7 @@ moved through the state machine by the store's one writer:
 - r01-n03 provisioning for 3 h (a stuck node);
 - r01-n04 in service, then lent to inference;
 - r01-n07 (inference) in service, cordoned in Kubernetes by racklife;
+- the training pool's floor is 2 nodes (min_nodes), so with one in service it is below it;
 - every other node enrolled and never observed.
 """
 
@@ -60,7 +61,9 @@ def _since(store: Store, node: str, at: datetime) -> None:
 
 def build(repo_dir: Path, url: str) -> Store:
     store = Store(url)
-    store.import_inventory(load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml"))
+    inventory = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+    inventory.pools["training"] = inventory.pools["training"].model_copy(update={"min_nodes": 2})
+    store.import_inventory(inventory)
     _walk(store, "r01-n01", [*BRINGUP, "accept"])
     rec = _record(store, "r01-n01", True, NOW - timedelta(hours=2),
                   [("nccl.all_reduce", "pass"), ("dcgm.diag", "pass")])
@@ -115,6 +118,9 @@ EXPECTED: dict[tuple[str, frozenset[tuple[str, str]]], float] = {
         ("racklife_nodes", {"pool": "inference", "state": "in_service"}, 1),
         ("racklife_nodes", {"pool": "inference", "state": "enrolled"}, 3),
         ("racklife_nodes", {"pool": "spare", "state": "enrolled"}, 0),
+        ("racklife_pool_min_nodes", {"pool": "training"}, 2),
+        ("racklife_pool_min_nodes", {"pool": "inference"}, 0),
+        ("racklife_pool_min_nodes", {"pool": "spare"}, 0),
         ("racklife_pool_gpus", {"pool": "training", "status": "in_service"}, 8),
         ("racklife_pool_gpus", {"pool": "training", "status": "lent"}, 8),
         ("racklife_pool_gpus", {"pool": "training", "status": "quarantined"}, 8),
