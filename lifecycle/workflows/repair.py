@@ -9,8 +9,8 @@ operator named. The run's lease is taken through the repair circuit breaker
 repair is refused while the pool already has its share under repair, and
 every repair, automatic or not, is counted.
 
-Actions here: ``reboot`` (a BMC power cycle through the node's driver, then
-the re-test) and ``rma`` (quarantine, held by racklife's drain or cordon,
+Actions here: ``reboot`` (a BMC power cycle through the node's driver, a wait
+for SSH to answer, then the re-test) and ``rma`` (quarantine, held by racklife's drain or cordon,
 with the reason, for hands-on work). ``reset-gpu`` is not built (the lab's
 fake ``nvidia-smi`` has no ``-r``, so it could not be tested) and
 ``reimage`` goes through ``racklife upgrade``/``role-swap --reimage`` for now
@@ -19,7 +19,9 @@ fake ``nvidia-smi`` has no ``-r``, so it could not be tested) and
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from dbos import DBOS
@@ -51,6 +53,8 @@ class RepairSettings:
     automatic: bool = False
     """Started from an event: refused while the pool's breaker is open."""
     kube: KubeSettings | None = None
+    boot_wait_s: float = 900.0
+    """How long a rebooted node has to answer over SSH before the repair fails (and quarantines it)."""
 
 
 @dataclass
@@ -97,10 +101,36 @@ def bmc_power_cycle(node: str) -> str:
         bmc.close()
 
 
+@step(idempotent=True)  # reads only
+def await_ssh(node: str, ssh_config: str, wait_s: float) -> str:
+    """Wait until the node answers over SSH (``true``) as the re-test will reach it; "" when it does, else why not."""
+    from acceptance.fanout import Target
+    from acceptance.ssh_fabric import FabricSSH  # fabric and paramiko: only when SSH is used
+
+    transport = FabricSSH(Path(ssh_config))
+    deadline = time.monotonic() + wait_s
+    last = "no answer"
+    try:
+        while True:
+            target = Target(node, node)
+            res = transport.run(target, ["true"], timeout_s=10.0)
+            transport.release(target)
+            if res.exit_code == 0:
+                return ""
+            last = res.stderr.strip()[-200:] or f"exit {res.exit_code}"
+            if time.monotonic() >= deadline:
+                return f"the node did not answer over SSH within {wait_s:.0f} s of the power cycle (last: {last})"
+            time.sleep(2.0)
+    finally:
+        transport.close()
+
+
 @dataclass(frozen=True)
 class RebootChange:
-    """A BMC power cycle of the drained node; the re-test that follows is what says it came back sound."""
+    """A BMC power cycle of the drained node, then SSH answering; the re-test says whether it came back sound."""
 
+    ssh_config: str
+    wait_s: float = 900.0
     name: str = "reboot"
 
     def precheck(self) -> str:
@@ -108,10 +138,14 @@ class RebootChange:
 
     def apply(self, node: str) -> ChangeResult:
         was = bmc_power_cycle(node)
-        return ChangeResult(True, f"power cycled through the BMC (was {was})", {"power_was": was})
+        why = await_ssh(node, self.ssh_config, self.wait_s)
+        if why:
+            return ChangeResult(False, why, {"power_was": was})
+        return ChangeResult(True, f"power cycled through the BMC (was {was}); answering over SSH",
+                            {"power_was": was})
 
     def undo(self, node: str) -> ChangeResult | None:
-        return ChangeResult(True, "a reboot leaves nothing to take back")
+        return None  # a node whose reboot failed is in no known state: quarantined, never rejoined as it was
 
 
 @DBOS.workflow(name=WORKFLOW)
@@ -135,7 +169,7 @@ def repair_node(node: str, s: RepairSettings) -> dict[str, Any]:
             quarantine(node, out, f"{why}; hands-on work needed", s.kube)
             out.reason = f"quarantined for hands-on work: {s.reason}"
         else:
-            cycle(node, LeaveSpec(why), [RebootChange()], s.accept, s.kube, out)
+            cycle(node, LeaveSpec(why), [RebootChange(s.accept.ssh_config, s.boot_wait_s)], s.accept, s.kube, out)
         return asdict(out)
     finally:
         release_leases()
