@@ -26,6 +26,7 @@ from lifecycle.model.inventory import Pool
 from lifecycle.model.skus import SKUS
 from lifecycle.model.states import State
 from lifecycle.planner.observed import Desired, Drift, Observation, drift
+from lifecycle.service.cycles import CycleRow, read_cycles
 from lifecycle.store import NodeRecord, Store, db
 from lifecycle.store import observations as stored_observations
 
@@ -121,6 +122,7 @@ class Fleet:
     unreadable: tuple[str, ...]  # nodes whose stored observation this version cannot read
     drift: tuple[Drift, ...]
     floors: dict[str, int] = field(default_factory=dict)  # pool -> min_nodes (0: no floor)
+    cycles: tuple[CycleRow, ...] = ()  # role swaps and upgrades with their phase times
 
     def pool_of(self, node: str) -> str:
         return next((n.pool for n in self.nodes if n.name == node), "")
@@ -202,7 +204,7 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
             pool = pool_specs.setdefault(rec.pool, store.pool(rec.pool))
             found += drift(observed[rec.name], Desired(spec, pool, spec.image, None))
     return Fleet(now, pools, nodes, _runs(store), _acceptance(store, {n.name: n.sku for n in nodes}),
-                 observed, tuple(sorted(unreadable)), tuple(found), floors)
+                 observed, tuple(sorted(unreadable)), tuple(found), floors, read_cycles(store))
 
 
 def by_pool(nodes: Sequence[NodeRow]) -> dict[str, list[NodeRow]]:

@@ -58,6 +58,10 @@ METRICS: dict[str, str] = {
     "racklife_workflow_runs": "Workflow runs in DBOS's status table, by workflow and status.",
     "racklife_workflow_duration_seconds": "Duration of ended workflow runs (created to last update), by workflow "
                                           "and status.",
+    "racklife_node_cycles": "Role swaps and upgrades the node history records, by workflow and outcome (done, "
+                            "failed, unreadable).",
+    "racklife_node_cycle_phase_seconds": "Seconds each phase of a role swap or upgrade took (drain_wait, each "
+                                         "change, retest, join, rollback), by workflow, phase and outcome.",
     "racklife_acceptance_records": "Acceptance records by SKU and outcome (pass or fail).",
     "racklife_acceptance_checks": "Judged acceptance findings by SKU, check and verdict.",
     "racklife_acceptance_last_pass_age_seconds": "Seconds since each node's newest passing acceptance record.",
@@ -174,7 +178,25 @@ def _acceptance(f: Fleet) -> Iterator[Metric]:
     yield age
 
 
-_FAMILIES: tuple[Callable[[Fleet], Iterator[Metric]], ...] = (_nodes, _observed, _runs, _acceptance)
+def _cycles(f: Fleet) -> Iterator[Metric]:
+    count = _c("racklife_node_cycles", ["workflow", "outcome"])
+    for (workflow, outcome), n in sorted(Counter((c.workflow, c.outcome) for c in f.cycles).items()):
+        count.add_metric([workflow, outcome], n)
+    yield count
+    hist = HistogramMetricFamily("racklife_node_cycle_phase_seconds", METRICS["racklife_node_cycle_phase_seconds"],
+                                 labels=["workflow", "phase", "outcome"])
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for c in f.cycles:
+        for phase, seconds in c.phases.items():
+            groups.setdefault((c.workflow, phase, c.outcome), []).append(seconds)
+    for labels, durations in sorted(groups.items()):
+        buckets = [(str(float(b)), sum(1 for d in durations if d <= b)) for b in DURATION_BUCKETS]
+        buckets.append(("+Inf", len(durations)))
+        hist.add_metric(list(labels), buckets, sum(durations))
+    yield hist
+
+
+_FAMILIES: tuple[Callable[[Fleet], Iterator[Metric]], ...] = (_nodes, _observed, _runs, _acceptance, _cycles)
 
 
 class FleetCollector(Collector):
