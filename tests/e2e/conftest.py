@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 from lifecycle.cli.lab import parse_exports
 from lifecycle.lab import rack
 
+_LABS = itertools.count()
 EXE = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
 
 
@@ -31,7 +33,9 @@ class RunningLab:
         self.root = Path(tempfile.mkdtemp(prefix="rle", dir="/tmp"))
         self.root.chmod(0o755)  # the lab's slurmrestd runs as nobody and reads slurm.conf below it
         self.dir = self.root / "lab"
-        self.prefix = f"rle{os.getpid() % 10000}-"
+        # One prefix per lab, not per process: a worker can hold a module's lab while a test brings up its
+        # own, and `lab up` refuses namespaces of another lab's prefix.
+        self.prefix = f"rle{os.getpid() % 10000}x{next(_LABS)}-"
         args = ["lab", "up", "--nodes", str(nodes), "--dir", str(self.dir), "--prefix", self.prefix,
                 "--boot-time", str(boot_time), *(["--with-vm"] if with_vm else [])]
         if faults:

@@ -35,7 +35,7 @@ from lifecycle.lab.kube.run import KubeAdmin
 from tests.e2e.conftest import RunningLab
 from tests.e2e.test_roleswap_lab import history, job_state, node, sbatch, wait_for
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 from lifecycle.lab.redfish_emulator.update_service import make_image
 from tests.e2e.conftest import RunningLab
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

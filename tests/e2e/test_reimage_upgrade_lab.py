@@ -38,7 +38,7 @@ import yaml
 
 from tests.e2e.conftest import EXE, RunningLab
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 UPGRADED = ["node-01", "node-02", "node-03", "node-04"]
 SERVING = {"idle", "allocated", "mixed", "completing"}
 

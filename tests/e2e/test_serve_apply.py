@@ -22,7 +22,7 @@ from lifecycle.workflows import engine
 from lifecycle.workflows.controller import live_services
 from tests.e2e.conftest import EXE, RunningLab
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

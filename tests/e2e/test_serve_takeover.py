@@ -30,7 +30,7 @@ from lifecycle.store import Store, connect, leases
 from tests.e2e.conftest import EXE, RunningLab
 from tests.postgres import throwaway_postgres
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

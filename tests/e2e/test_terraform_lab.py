@@ -31,7 +31,7 @@ from lifecycle.planner.plan import NOT_YET, Action
 from tests.e2e.conftest import RunningLab
 from tests.terraform.tfhelp import Workdir, terraform_bin
 
-pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 POOLS = {"node-01": "training", "node-02": "training", "node-03": "training", "node-04": "inference"}
 NODE_02 = 'racklife_node.node["node-02"]'
 
