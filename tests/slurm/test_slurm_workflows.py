@@ -213,7 +213,12 @@ def test_ctrl_c_stops_waiting_not_the_run_and_says_so(env: dict[str, str]) -> No
     assert racklife(env, "slurm", "join", "gpu-010").returncode == 0
     job = start_job(env, "gpu-010")
     exe = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
-    waiting = subprocess.Popen([exe, "slurm", "leave", "gpu-010", "--policy", "wait", "--deadline", "600", "--yes"],
+    # A shell starts a background job with SIGINT ignored, the ignore is inherited through exec, and Python
+    # installs no KeyboardInterrupt handler over it: under a backgrounded CI run this command ignored the
+    # SIGINT. A terminal's Ctrl-C reaches racklife with the default disposition; give it that here.
+    args = [exe, "slurm", "leave", "gpu-010", "--policy", "wait", "--deadline", "600", "--yes"]
+    default_sigint = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    waiting = subprocess.Popen([sys.executable, "-c", default_sigint, *args],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
