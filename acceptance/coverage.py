@@ -34,6 +34,7 @@ from acceptance.judge import (
     judge_rack,
 )
 from burnin import profiles as burnin_profiles
+from burnin.levels import Level
 from burnin.profiles import Profile
 from burnin.result import worst
 
@@ -45,7 +46,7 @@ WAIVABLE = ("multi-node",)
 class MultiNodeDemand:
     """What the run asked of multi-node testing: the level, who was left out and why, and any waivers."""
 
-    level: str
+    level: Level
     left_out: Mapping[str, str]
     waivers: tuple[Waiver, ...] = ()
 

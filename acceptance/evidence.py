@@ -45,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from acceptance import signing
 from acceptance.isolation import Isolation
 from acceptance.judge import GroupJudgement, NodeInput, NodeJudgement, RackJudgement
+from burnin.levels import Level
 
 MANIFEST = "manifest.json"
 SCHEMA = "racklife.evidence.manifest"
@@ -65,7 +66,7 @@ class BundleMeta:
     started_at: str
     ended_at: str
     racklife_version: str
-    level: str
+    level: Level
     image: str | None = None  # golden image name and version the nodes booted
     node_images: Mapping[str, str] = field(default_factory=dict)  # per-node override
     policy: str = "manual"  # the operator or policy that asked for acceptance

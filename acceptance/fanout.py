@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from acceptance.judge import NodeInput, Request
+from burnin.levels import Level
+from burnin.parsers.xid import instant
 from burnin.result import ResultFormatError, RunResult, load_result
 from lifecycle.model import vocab
 
@@ -69,12 +71,14 @@ class BurninCommand:
     """What to run on each node: ``<python> -m burnin run --profile P --level L --out <dir>``."""
 
     profile: str
-    level: str
+    level: Level
     run_id: str
     python: str = "python3"
     base_dir: str = "/var/lib/racklife/burnin"
     env: Mapping[str, str] = field(default_factory=dict)
     skip: tuple[str, ...] = ()
+    kernel_log_since: str | None = None
+    """The run's cut-off on the node's clock: kernel_xid judges only later lines (None: the whole log)."""
 
     def remote_dir(self, node: str) -> str:
         if not _RUN.match(self.run_id):
@@ -87,8 +91,13 @@ class BurninCommand:
             raise FanoutError(f"environment names not allowed: {bad}")
         prefix = ["env", *(f"{k}={v}" for k, v in sorted(self.env.items()))] if self.env else []
         skips = [w for s in self.skip for w in ("--skip", s)]
+        since: list[str] = []
+        if self.kernel_log_since is not None:
+            if instant(self.kernel_log_since) is None:
+                raise FanoutError(f"kernel log cut-off {self.kernel_log_since!r} is not an ISO 8601 time")
+            since = ["--kernel-log-since", self.kernel_log_since]
         return [*prefix, self.python, "-m", "burnin", "run", "--profile", self.profile, "--level", self.level,
-                "--out", self.remote_dir(node), "--run-id", self.run_id, "--node", node, *skips]
+                "--out", self.remote_dir(node), "--run-id", self.run_id, "--node", node, *skips, *since]
 
 
 @dataclass(frozen=True)
@@ -230,8 +239,13 @@ def fan_out(
     max_in_flight: int = 8,
     timeout_s: float = 3600.0,
     on_done: Callable[[NodeOutcome], None] | None = None,
+    on_start: Callable[[Target], None] | None = None,
 ) -> list[NodeOutcome]:
-    """Run burn-in on every target, at most ``max_in_flight`` at once; outcomes in target order."""
+    """Run burn-in on every target, at most ``max_in_flight`` at once; outcomes in target order.
+
+    ``on_start`` is called as a node's burn-in starts (the rest wait for a free slot), ``on_done``
+    with its outcome: what a progress display needs to say which node waits on what.
+    """
     if max_in_flight < 1:
         raise FanoutError("max_in_flight must be at least 1")
     names = [t.node for t in targets]
@@ -242,6 +256,9 @@ def fan_out(
     lock = threading.Lock()
 
     def one(target: Target) -> NodeOutcome:
+        if on_start is not None:
+            with lock:
+                on_start(target)
         try:
             outcome = run_node(transport, target, command, out_root, timeout_s)
         except (OSError, subprocess.SubprocessError, ValueError) as exc:

@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from acceptance import words
 from burnin import judge as burnin_judge
 from burnin import profiles as burnin_profiles
 from burnin.gpu_stress import StressReport
+from burnin.levels import Level
 from burnin.parsers.nccl import NcclReport
 from burnin.profiles import Profile
 from burnin.result import CheckResult, Finding, ResultFormatError, RunResult, Verdict, worst
@@ -106,8 +108,10 @@ class Request:
 
     run_id: str
     node: str
-    level: str
+    level: Level
     serial: str | None = None  # the inventory's system serial
+    kernel_log_since: str | None = None  # the run's kernel log cut-off (None: the whole log is judged)
+    expect_driver: str | None = None  # the GPU driver the node must report (a driver upgrade); None: any
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,8 @@ def modified_z(value: float, median: float, mad: float) -> float:
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
+    """A value in a reason, in words (``acceptance.words``), not as Python prints it."""
+    text = words.value(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -267,7 +272,49 @@ def binding_findings(result: RunResult, want: Request) -> list[NodeFinding]:
     else:
         out.append(NodeFinding("result.serial", "pass", "record", "serial", result.serial, want.serial,
                                "system serial not compared: the inventory has none for this node"))
+    return out + _window_findings(result, want) + _driver_findings(result, want)
+
+
+def _window_findings(result: RunResult, want: Request) -> list[NodeFinding]:
+    """Each kernel_xid check judged the window this run asked for: a narrower one could hide an Xid."""
+    out = []
+    for c in result.checks:
+        if c.kind != "kernel_xid":
+            continue
+        got = c.options.get("since")
+        if got == want.kernel_log_since:
+            if got is not None:
+                out.append(NodeFinding("result.kernel_log_since", "pass", "record", "kernel_log_since", got, got,
+                                       f"kernel log judged from the run's cut-off {got}"))
+            continue
+        asked = "the whole log" if want.kernel_log_since is None else f"the log since {want.kernel_log_since}"
+        said = "the whole log" if got is None else f"the log since {got!r}"
+        out.append(NodeFinding("result.kernel_log_since", "error", "record", "kernel_log_since", got,
+                               want.kernel_log_since, f"{c.name} judged {said}; this request is {asked}"))
     return out
+
+
+def _driver_findings(result: RunResult, want: Request) -> list[NodeFinding]:
+    """The driver the node itself read (its gpu check: NVML, or nvidia-smi) is the one this run asked for.
+
+    The controller's own comparison, whatever the node was told: a node that ran no gpu check, or whose
+    check read no driver version, has not shown that it runs the driver (fail closed)."""
+    if want.expect_driver is None:
+        return []
+    seen = [c.data.get("driver_version") if isinstance(c.data, dict) else None
+            for c in result.checks if c.kind == "gpu"]
+    if not seen:
+        return [NodeFinding("result.driver", "error", "record", "driver_version", None, want.expect_driver,
+                            f"no gpu check ran, so the node did not report its driver; this request needs "
+                            f"driver {want.expect_driver}")]
+    bad = [v for v in seen if v != want.expect_driver]
+    if not bad:
+        return [NodeFinding("result.driver", "pass", "record", "driver_version", seen[0], want.expect_driver,
+                            f"the node reports driver {seen[0]}, as this request needs")]
+    said = "no driver version" if bad[0] is None else f"driver {bad[0]}"
+    verdict: Verdict = "error" if bad[0] is None else "fail"
+    return [NodeFinding("result.driver", verdict, "record", "driver_version", bad[0], want.expect_driver,
+                        f"the node reports {said}, not {want.expect_driver}")]
 
 
 def _profile_findings(inp: NodeInput, profile: Profile) -> list[NodeFinding]:
@@ -281,7 +328,7 @@ def _profile_findings(inp: NodeInput, profile: Profile) -> list[NodeFinding]:
     for f in rejudge(inp.result, profile).findings:
         why = f.reason
         if f.verdict == "fail" and f.threshold is not None and "threshold" not in why:
-            why = f"{why} (threshold {f.threshold!r} from profile {profile.name})".strip()
+            why = f"{why} (threshold {_short(f.threshold)} from profile {profile.name})".strip()
         if not why:
             why = f"{_short(f.measured)} meets {_short(f.threshold)} (profile {profile.name})"
         out.append(NodeFinding(f.name, f.verdict, "profile", f.name, f.measured, f.threshold, why))

@@ -231,7 +231,7 @@ def main() -> None:
             server = BootServer(backend, home / "images").start()
             images = published_images(home / "images", server.url)
             settings = provision.ProvisionSettings(boot_url=server.url, images=images, default_image="minimal",
-                                                   boot_timeout_s=max(120.0, 6 * t_boot)).to_json()
+                                                   boot_timeout_s=max(120.0, 6 * t_boot))
             firmware = subprocess.Popen(
                 [sys.executable, __file__, "--firmware", server.url, "--boot-time", str(t_boot)],
                 stdin=subprocess.PIPE, text=True)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from burnin import judge
+from burnin import judge, kernel_window, versions
 from burnin.gpu_stress import StressReport, StressUnavailable
+from burnin.levels import Level
 from burnin.nvml import GpuHealth, GpuInventory, Nvml, NvmlUnavailable, NvmlXid, XidWatch
 from burnin.parsers import ParseError
 from burnin.parsers import dcgm as dcgm_parser
@@ -32,7 +33,7 @@ StressFn = Callable[[float, int], StressReport]
 @dataclass
 class RunContext:
     profile: Profile
-    level: str
+    level: Level
     tools: ToolRunner
     nvml: Nvml
     stress: StressFn
@@ -40,32 +41,36 @@ class RunContext:
     expect_cuda: str | None = None
     xid_watch: XidWatch | None = None
     xid_watch_error: str | None = None
+    kernel_log_since: str | None = None
+    """The run's cut-off (the node's clock, ISO 8601): kernel_xid judges only later lines; None: the whole log."""
     notes: list[str] = field(default_factory=list)
 
 
-# How each tool says its version; None: it has no such flag (nccl-tests).
-VERSION_ARGV: dict[str, list[str] | None] = {
-    "dcgmi": ["dcgmi", "--version"],
-    "ibstat": ["ibstat", "-V"],
-    "ibv_devinfo": ["ibv_devinfo", "--version"],
-    "dmesg": ["dmesg", "--version"],
-    "nvidia-smi": ["nvidia-smi", "--version"],
-}
-
-
 def _from_run(name: str, kind: str, run: ToolRun, tools: ToolRunner) -> CheckResult:
+    version, note = tools.version(run.tool)
     return CheckResult(
         name=name,
         kind=kind,
         verdict="error",
         tool=run.tool,
-        tool_version=tools.version(run.tool, VERSION_ARGV.get(run.tool)),
+        tool_version=version,
+        tool_version_note=note,
         argv=run.argv,
         started_at=run.started_at,
         ended_at=run.ended_at,
         exit_code=run.exit_code,
         raw_output=run.raw_output,
     )
+
+
+def _raw(ctx: RunContext, check: CheckResult) -> str:
+    """The tool's saved stdout ("" when there is none)."""
+    if not check.raw_output:
+        return ""
+    try:
+        return (ctx.tools.out_dir / check.raw_output).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _finish(check: CheckResult, findings: list[Finding], data: Any, measured: dict[str, Any]) -> CheckResult:
@@ -179,14 +184,21 @@ def check_gpu(ctx: RunContext) -> CheckResult:
 
 
 def check_kernel_xid(ctx: RunContext) -> CheckResult:
-    check, report = _run_and_parse(ctx, "kernel_xid", "kernel_xid", ["dmesg"], 60, xid_parser.parse)
+    """The kernel log's Xid lines: all of them, or those from the run's cut-off on (``kernel_log_since``)."""
+    since = ctx.kernel_log_since
+    argv = list(kernel_window.DMESG_ARGV if since is None else kernel_window.DMESG_WINDOWED_ARGV)
+    check, report = _run_and_parse(ctx, "kernel_xid", "kernel_xid", argv, 60, xid_parser.parse)
+    check.options = {"since": since}
     if report is None:
         return check
     if check.exit_code not in (0, None):
         check.reason = f"dmesg exited {check.exit_code}; the kernel log could not be read"
         return check
-    measured = {"xids": sorted({e.xid for e in report.events}), "events": len(report.events)}
-    return _finish(check, judge.judge_xid_log(report, ctx.profile), asdict(report), measured)
+    window = kernel_window.split(report, since)
+    measured = {"xids": sorted({e.xid for e in window.judged}), "events": len(window.judged),
+                "window": window.describe(), "ignored_before_cutoff": len(window.ignored),
+                "ignored_xids": sorted({e.xid for e in window.ignored})}
+    return _finish(check, judge.judge_xid_log(report, ctx.profile, since), asdict(report), measured)
 
 
 def check_ib(ctx: RunContext) -> CheckResult:
@@ -213,7 +225,7 @@ def check_dcgm(ctx: RunContext) -> CheckResult:
     if report is None:
         return check
     if report.dcgm_version and not check.tool_version:
-        check.tool_version = report.dcgm_version
+        check.tool_version, check.tool_version_note = report.dcgm_version, None
     findings = judge.judge_dcgm(report, ctx.profile, ctx.level)
     measured = {"passed": report.passed, "level_ran": report.level, "level_inferred": report.level_inferred,
                 "failed_gpus": report.failed_gpus, "failed_tests": [t.name for t in report.tests if t.result == "fail"]}
@@ -231,6 +243,8 @@ def check_nccl(ctx: RunContext, collective: str) -> CheckResult:
     check.options = {"collective": collective, "scope": "single_node"}
     if report is None:
         return check
+    if not check.tool_version and (said := versions.nccl_from_output(_raw(ctx, check))):
+        check.tool_version, check.tool_version_note = said, None
     findings = judge.judge_nccl(report, ctx.profile, "single_node")
     measured = {"avg_busbw": report.avg_busbw, "peak_busbw": report.peak_busbw,
                 "wrong_results": report.wrong_results, "ranks": report.ranks}

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from burnin import gpu_stress, profiles, runner
+from burnin import gpu_stress, levels, profiles, runner
 from burnin.nvml import Nvml
 from burnin.nvml_pynvml import PynvmlNvml
 from burnin.parsers import ParseError
@@ -126,13 +126,19 @@ def run_node(
     progress: bool = True,
     run_id: str | None = None,
     node: str | None = None,
+    kernel_log_since: str | None = None,
 ) -> tuple[int, RunResult | str]:
     try:
         profile = profiles.load(profile_name)
     except profiles.ProfileError as exc:
         return BAD_INPUT, str(exc)
-    if level not in profiles.LEVELS:
-        return BAD_INPUT, f"unknown level {level!r}; known: {', '.join(profiles.LEVELS)}"
+    if kernel_log_since is not None and xid_parser.instant(kernel_log_since) is None:
+        return BAD_INPUT, (f"--kernel-log-since {kernel_log_since!r} is not an ISO 8601 time with its offset "
+                           "(as `date --iso-8601=ns` prints it)")
+    try:
+        checked = levels.level(level)
+    except ValueError as exc:
+        return BAD_INPUT, f"--level {exc}"
     unknown = [s for s in skip if s not in runner.KNOWN_CHECKS]
     if unknown:
         return BAD_INPUT, f"unknown check(s) to skip: {unknown}; known: {runner.KNOWN_CHECKS}"
@@ -143,8 +149,9 @@ def run_node(
             print(f"{line}  {check.reason[:300]}" if check.reason else line, file=sys.stderr, flush=True)
 
     result = runner.run(
-        profile, level, out, nvml=default_nvml(), stress=default_stress, skip=tuple(skip),
+        profile, checked, out, nvml=default_nvml(), stress=default_stress, skip=tuple(skip),
         expect_driver=expect_driver, expect_cuda=expect_cuda, on_check=show, run_id=run_id, node=node,
+        kernel_log_since=kernel_log_since,
     )
     return (OK if result.verdict == "pass" else FAILED), result
 
@@ -176,13 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the checks of a profile on this node")
     r.add_argument("--profile", required=True)
-    r.add_argument("--level", default="standard", choices=profiles.LEVELS)
+    r.add_argument("--level", default="standard", choices=levels.LEVELS)
     r.add_argument("--out", required=True, type=Path)
     r.add_argument("--skip", action="append", default=[], help="check to skip (recorded as error)")
     r.add_argument("--expect-driver")
     r.add_argument("--expect-cuda")
     r.add_argument("--run-id", help="the acceptance run that asked (written into result.json)")
     r.add_argument("--node", help="the node name the controller asked (written into result.json)")
+    r.add_argument("--kernel-log-since", metavar="ISO",
+                   help="judge only kernel log lines from this time on (the node's clock; default: the whole log)")
     p = sub.add_parser("parse", help="parse one tool output file and print JSON")
     p.add_argument("kind", choices=PARSE_KINDS)
     p.add_argument("file", type=Path)
@@ -197,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "run":
         with one_at_a_time(args.out):
             code, res = run_node(args.profile, args.level, args.out, args.skip,
-                                 args.expect_driver, args.expect_cuda, run_id=args.run_id, node=args.node)
+                                 args.expect_driver, args.expect_cuda, run_id=args.run_id, node=args.node,
+                                 kernel_log_since=args.kernel_log_since)
         if isinstance(res, str):
             print(f"error: {res}", file=sys.stderr)
             return code

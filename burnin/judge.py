@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from burnin import kernel_window
 from burnin.gpu_stress import StressReport
 from burnin.nvml import GpuHealth, GpuInventory, NvmlXid
 from burnin.parsers.dcgm import DcgmReport
@@ -182,17 +183,25 @@ def _temperature(gpus: list[GpuHealth], profile: Profile) -> Finding:
     return Finding("gpu.temperature", "pass", measured, profile.gpu.max_temperature_c, "")
 
 
-def judge_xid_log(report: XidReport, profile: Profile) -> list[Finding]:
+def judge_xid_log(report: XidReport, profile: Profile, since: str | None = None) -> list[Finding]:
+    """The Xid lines of a kernel log, or of its lines from ``since`` on (:mod:`burnin.kernel_window`)."""
+    window = kernel_window.split(report, since)
     harmless = set(profile.xid_harmless_buckets)
-    bad = [e for e in report.events if e.bucket not in harmless]
-    measured = sorted({e.xid for e in report.events})
+    events = window.judged
+    bad = [e for e in events if e.bucket not in harmless]
+    measured = sorted({e.xid for e in events})
+    extra = [Finding("kernel_xid.window", "error", sorted({e.xid for e in window.unplaced}), since, window.error)
+             ] if window.error else []
+    left_out = window.note()
     if bad:
         seen: dict[int, str] = {}
         for e in bad:
             seen.setdefault(e.xid, f"Xid {e.xid} on {e.pci} ({e.mnemonic or 'unknown'}): {e.action}")
-        return [Finding("kernel_xid", "fail", measured, sorted(harmless), "; ".join(seen.values()))]
-    note = f"{len(report.events)} harmless Xid event(s)" if report.events else ""
-    return [Finding("kernel_xid", "pass", measured, sorted(harmless), note)]
+        why = "; ".join([*seen.values(), left_out] if left_out else seen.values())
+        return [Finding("kernel_xid", "fail", measured, sorted(harmless), why), *extra]
+    note = f"{len(events)} harmless Xid event(s)" if events else ""
+    note = "; ".join(n for n in (note, left_out) if n)
+    return [Finding("kernel_xid", "pass", measured, sorted(harmless), note), *extra]
 
 
 def judge_xid_events(events: list[NvmlXid], profile: Profile) -> list[Finding]:

@@ -53,6 +53,7 @@ class CheckResult:
     reason: str = ""
     tool: str | None = None
     tool_version: str | None = None
+    tool_version_note: str | None = None  # why there is no version ("`dcgmi --version` exited 2: Usage: …")
     argv: list[str] = field(default_factory=list)
     started_at: str | None = None
     ended_at: str | None = None
@@ -156,6 +157,7 @@ def _check_from(d: object, where: str) -> CheckResult:
         reason=str(d.get("reason", "")),
         tool=_str_or_none(d.get("tool"), where),
         tool_version=_str_or_none(d.get("tool_version"), where),
+        tool_version_note=_str_or_none(d.get("tool_version_note"), where),
         argv=list(argv),
         started_at=_str_or_none(d.get("started_at"), where),
         ended_at=_str_or_none(d.get("ended_at"), where),

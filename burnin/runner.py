@@ -17,6 +17,7 @@ from typing import Any
 
 from burnin import checks, judge
 from burnin.gpu_stress import StressReport
+from burnin.levels import Level
 from burnin.nvml import GpuInventory, Nvml, NvmlXid
 from burnin.parsers.dcgm import DcgmReport
 from burnin.parsers.infiniband import IbReport
@@ -37,7 +38,7 @@ def _skipped(name: str, when: str) -> CheckResult:
 
 def run(
     profile: Profile,
-    level: str,
+    level: Level,
     out_dir: Path,
     *,
     nvml: Nvml,
@@ -51,10 +52,12 @@ def run(
     run_id: str | None = None,
     node: str | None = None,
     serial: str | None = None,
+    kernel_log_since: str | None = None,
 ) -> RunResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     tools = tools or ToolRunner(out_dir)
-    ctx = checks.RunContext(profile, level, tools, nvml, stress, expect_driver, expect_cuda)
+    ctx = checks.RunContext(profile, level, tools, nvml, stress, expect_driver, expect_cuda,
+                            kernel_log_since=kernel_log_since)
     started = iso(tools.clock())
     wanted = profile.checks[level]
     if "xid_events" in wanted and "xid_events" not in skip:
@@ -150,7 +153,8 @@ def _rejudge_check(check: CheckResult, profile: Profile, level: str) -> list[Fin
         return judge.judge_gpus(from_dict(GpuInventory, data), profile,
                                 check.options.get("expect_driver"), check.options.get("expect_cuda"))
     if check.kind == "kernel_xid":
-        return judge.judge_xid_log(from_dict(XidReport, data), profile)
+        since = check.options.get("since")
+        return judge.judge_xid_log(from_dict(XidReport, data), profile, since if isinstance(since, str) else None)
     if check.kind == "xid_events":
         events = data.get("events") if isinstance(data, dict) else None
         if not isinstance(events, list):

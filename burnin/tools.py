@@ -76,7 +76,7 @@ class ToolRunner:
         self.raw_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ if env is None else env)
         self.clock = clock
-        self._versions: dict[str, str | None] = {}
+        self._versions: dict[str, tuple[str | None, str | None]] = {}
 
     def which(self, tool: str) -> str | None:
         return shutil.which(tool, path=self.env.get("PATH", ""))
@@ -117,26 +117,28 @@ class ToolRunner:
             raw_name, timed_out,
         )
 
-    def version(self, tool: str, argv: Sequence[str] | None) -> str | None:
-        """First line a tool prints about its version; None when it has no way to say."""
-        if argv is None or self.which(tool) is None:
-            return None
-        if tool not in self._versions:
+    def version(self, tool: str) -> tuple[str | None, str | None]:
+        """The tool's version, or None and why not (``burnin.versions``: what it was asked, what it said)."""
+        from burnin import versions
+
+        if tool in self._versions:
+            return self._versions[tool]
+        probe = versions.PROBES.get(tool)
+        if probe is None or probe.argv is None:
+            found: tuple[str | None, str | None] = (
+                None, probe.why_none if probe is not None else f"racklife knows no way to ask {tool} its version")
+        elif self.which(tool) is None:
+            found = None, f"{tool} not found on PATH"
+        else:
             try:
-                proc = subprocess.run(
-                    [self.which(tool) or tool, *argv[1:]],
-                    capture_output=True,
-                    timeout=20,
-                    env=self.env,
-                    check=False,
-                    stdin=subprocess.DEVNULL,
-                )
+                proc = subprocess.run([self.which(tool) or tool, *probe.argv[1:]], capture_output=True, timeout=20,
+                                      env=self.env, check=False, stdin=subprocess.DEVNULL)
                 text = (proc.stdout or proc.stderr).decode("utf-8", errors="replace")
-                first = next((ln.strip() for ln in text.splitlines() if ln.strip()), None)
-                self._versions[tool] = first[:200] if first else None
-            except (OSError, subprocess.TimeoutExpired):
-                self._versions[tool] = None
-        return self._versions[tool]
+                found = versions.read(tool, probe.argv, proc.returncode, text)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                found = None, f"`{' '.join(probe.argv)}` failed: {type(exc).__name__}"
+        self._versions[tool] = found
+        return found
 
     def write_raw(self, name: str, text: str) -> str:
         rel = f"raw/{_SAFE.sub('_', name)}"

@@ -8,6 +8,7 @@ DEBIAN_PACKAGES=(
   python3 python3-venv python3-pip python3-dev python3-apt gcc git ca-certificates
   postgresql-15                                   # store tests on PostgreSQL (initdb/pg_ctl)
   slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin   # real Slurm in the lab
+  slurmdbd mariadb-server                         # Slurm accounting (slurmdbd with MariaDB) in the lab
   openssh-server openssh-client iproute2 procps util-linux psmisc        # lab nodes in netns
   ipmitool openipmi                                # IPMI cross-checks
   qemu-system-x86 ipxe-qemu busybox-static dnsmasq # network boot of the minimal image

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from lifecycle.lab.ports import PortLease
+
+# CI (`nox -s ci` sets HYPOTHESIS_PROFILE=ci) draws each property test's examples from a seed fixed by the
+# test, so a red run means the change broke something, not that this run drew a case no run drew before
+# (one such draw turned CI red). Elsewhere the draws are new each run and find new cases; a failing one is
+# printed with its reproduction blob.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,3 +46,19 @@ def free_port() -> Iterator[Callable[[], int]]:
     lease = PortLease()
     yield lambda: lease.take(1)[0]
     lease.release()
+
+
+@pytest.fixture(autouse=True)
+def _default_output() -> Iterator[None]:
+    """Each test starts, and leaves, the CLI's output format at its default (table).
+
+    The format is a context variable that the entry point sets for the process
+    (``_output.set_current``); a test that runs ``racklife`` in-process with
+    ``-o json`` left it set for the next test on the same worker, whose progress
+    display then stayed silent ("the progress thread never ticked", in a CI run
+    whose random order put tests/cli/test_cli_surface.py first).
+    """
+    from lifecycle.cli import _output
+
+    with _output.using(_output.Output()):
+        yield

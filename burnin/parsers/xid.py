@@ -20,6 +20,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from importlib import resources
 
@@ -103,6 +104,31 @@ _XID = re.compile(
 _PID = re.compile(r"^pid=(?P<pid>'[^']*'|[^,]*),\s*")
 _NAME = re.compile(r"^name=(?P<name>[^,]*),\s*")
 _TIMESTAMP = re.compile(r"^(?:\[(?P<bracket>[^\]]+)\]|(?P<iso>\d{4}-\d\d-\d\dT\S+))")
+
+
+# An instant as ``dmesg --time-format iso`` and ``date --iso-8601=ns`` print it: 2024-11-15T05:39:15,491363+00:00
+_INSTANT = re.compile(r"^(?P<base>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d{1,9}))?"
+                      r"(?:(?P<z>Z)|(?P<sign>[+-])(?P<hh>\d\d):?(?P<mm>\d\d))$")
+
+
+def instant(text: str | None) -> datetime | None:
+    """The instant an ISO 8601 time with its UTC offset names, or None (no offset, or not such a time).
+
+    A time without an offset could be any zone's, so it is no instant: a kernel log window is only
+    judged against times that can be compared."""
+    m = _INSTANT.match((text or "").strip())
+    if m is None:
+        return None
+    try:
+        base = datetime.strptime(m.group("base"), "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    frac = (m.group("frac") or "0")[:6].ljust(6, "0")
+    offset = timedelta(0) if m.group("z") else (1 if m.group("sign") == "+" else -1) * timedelta(
+        hours=int(m.group("hh")), minutes=int(m.group("mm")))
+    if abs(offset) >= timedelta(hours=24):
+        return None
+    return base.replace(microsecond=int(frac), tzinfo=timezone(offset))
 
 
 def event_for(code: int, pci: str, message: str, **extra: str | None) -> XidEvent:

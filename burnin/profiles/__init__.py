@@ -14,7 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-LEVELS = ("quick", "standard", "full")
+from burnin.levels import LEVELS as LEVELS
+from burnin.levels import Level, level
 
 
 class ProfileError(ValueError):
@@ -61,7 +62,7 @@ class NcclLimits:
 
 @dataclass(frozen=True)
 class MultiNodeLimits:
-    levels: tuple[str, ...]  # the levels at which a node must have run all_reduce across nodes
+    levels: tuple[Level, ...]  # the levels at which a node must have run all_reduce across nodes
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,10 @@ def from_toml(text: str, where: str = "profile") -> Profile:
     x = _get(doc, "xid", dict, where)
     checks = _per_level(doc, "checks", list, where)
     m = _get(doc, "multi_node", dict, where)
-    mn_levels = _strs(m, "levels", "multi_node")
-    if unknown := [lvl for lvl in mn_levels if lvl not in LEVELS]:
+    named = _strs(m, "levels", "multi_node")
+    if unknown := [lvl for lvl in named if lvl not in LEVELS]:
         raise ProfileError(f"multi_node.levels: unknown level(s) {unknown}; known: {', '.join(LEVELS)}")
+    mn_levels = tuple(level(lvl) for lvl in named)
     return Profile(
         name=_get(doc, "name", str, where),
         description=_get(doc, "description", str, where),

@@ -82,9 +82,6 @@ def _run() -> int:
     """Run the command; every way it can end becomes an exit code, never a traceback."""
     try:
         rc = app(standalone_mode=False)
-        if rc == INTERRUPTED and not _common.interrupt_reported():  # typer's answer to ^C: exit 130, silently
-            error_exit("interrupted", INTERRUPTED)
-        return rc if isinstance(rc, int) else 0
     except click.exceptions.UsageError as exc:
         _usage_error(exc)
     except typer.Abort:
@@ -102,8 +99,32 @@ def _run() -> int:
             error_exit(str(exc), driver)
         if os.environ.get("RACKLIFE_DEBUG"):
             traceback.print_exc()
-        error_exit(f"internal error: {type(exc).__name__}: {exc}", INTERNAL,
+        error_exit(f"internal error: {type(exc).__name__}: {exc}{_import_context(exc)}", INTERNAL,
                    hint="this is a bug in racklife; RACKLIFE_DEBUG=1 prints the traceback for a report")
+    # Outside the try: error_exit raises typer.Exit, a RuntimeError, which the handler above
+    # would report as an internal error (it did: "internal error: Exit: 130" on ^C of build).
+    if rc == INTERRUPTED and not _common.interrupt_reported():  # typer's answer to ^C: exit 130, silently
+        error_exit("interrupted", INTERRUPTED)
+    return rc if isinstance(rc, int) else 0
+
+
+def _import_context(exc: Exception) -> str:
+    """For a module racklife depends on that did not import: which interpreter looked, and whether it
+    finds the module now. CI once failed on "No module named 'lightkube'", a base dependency that
+    imported in the same environment before and after; this says next time whether the environment
+    changed under the command (found now) or lacks the module (still not found)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name or exc.name.split(".")[0] == "lifecycle":
+        return ""
+    import importlib
+    import importlib.util
+
+    importlib.invalidate_caches()
+    try:
+        found = importlib.util.find_spec(exc.name.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        found = False
+    now = "it is found now: the environment changed while the command ran" if found else "it is not installed there"
+    return f" (python {sys.executable}, prefix {sys.prefix}: {now})"
 
 
 def _usage_error(exc: click.exceptions.UsageError) -> NoReturn:

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -72,22 +73,37 @@ def go_ahead(change: Change, *, yes: bool, dry_run: bool) -> None:
 
 
 def in_service_guard(nodes: Sequence[str], what: str, *, force: bool, bmc_address: str | None = None) -> None:
-    """Refuse ``what`` on nodes a scheduler is using (store state), unless --force.
+    """Refuse ``what`` on nodes a scheduler is using (store state), unless --force."""
+    if force:
+        return
+    busy = scheduled(nodes, bmc_address)
+    if busy:
+        refuse_scheduled(busy, what, "take it out first (racklife slurm leave / role-swap), or --force to act "
+                                     "anyway (the store and the scheduler are not told)")
+
+
+def refuse_scheduled(busy: Sequence[tuple[str, str]], what: str, hint: str) -> NoReturn:
+    error_exit(f"refusing to {what} {', '.join(f'{n} ({s})' for n, s in busy)}: a scheduler is using it", REFUSED,
+               hint=hint)
+
+
+def scheduled(nodes: Sequence[str], bmc_address: str | None = None) -> list[tuple[str, str]]:
+    """The nodes among ``nodes`` (and the node whose BMC is ``bmc_address``) a scheduler is using: (name, state).
 
     Without a store (a BMC named by --address before any import) nothing is known
-    and nothing is refused; a store that exists but cannot be read is exit 6.
+    and nothing is found; a store that exists but cannot be read is exit 6.
     """
-    if force or not (nodes or bmc_address):
-        return
+    if not (nodes or bmc_address):
+        return []
     from lifecycle.store import NodeNotFound, Store
     from lifecycle.store.db import default_url, is_sqlite
 
     url = default_url()
     if is_sqlite(url) and not Path(url.removeprefix("sqlite:///")).exists():
-        return
+        return []
     store = Store(url)
     try:
-        busy: list[str] = []
+        busy: list[tuple[str, str]] = []
         if bmc_address:  # the BMC named directly: the node whose inventory has it
             nodes = [*nodes, *(r.name for r in store.nodes() if _same_bmc((r.spec.get("bmc") or {}).get("address"),
                                                                           bmc_address))]
@@ -97,13 +113,10 @@ def in_service_guard(nodes: Sequence[str], what: str, *, force: bool, bmc_addres
             except NodeNotFound:
                 continue
             if state in SCHEDULED:
-                busy.append(f"{name} ({state})")
+                busy.append((name, state))
     finally:
         store.close()
-    if busy:
-        error_exit(f"refusing to {what} {', '.join(busy)}: a scheduler is using it", REFUSED,
-                   hint="take it out first (racklife slurm leave / role-swap), or --force to act anyway "
-                        "(the store and the scheduler are not told)")
+    return busy
 
 
 def _same_bmc(recorded: object, given: str) -> bool:

@@ -77,8 +77,11 @@ COMMANDS: dict[str, Entry] = {
     "role-swap": Entry("roleswap", "role_swap_cmd",
                        "Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."),
     "repair": Entry("repair", "repair_cmd",
-                    "Repair NODE: leave, reboot or quarantine, re-test under load, rejoin; within the pool's "
-                    "breaker."),
+                    "Repair NODE: leave, reset-gpu, reboot, reimage or quarantine, re-test under load, rejoin; "
+                    "within the breaker."),
+    "repair-status": Entry("repair", "repair_status_cmd",
+                           "Show each pool's repair breaker and the newest health events, with what became of "
+                           "each."),
     "serve": Entry("serve", "serve_cmd",
                    "Run the controller: recover and run every workflow, take over dead peers' runs, refresh "
                    "the fleet."),

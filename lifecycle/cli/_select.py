@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, fail
 from lifecycle.drivers.slurm.hostlist import expand
-from lifecycle.store import NodeRecord, Store
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported when a selection is made, not with the options
+    from lifecycle.store import NodeRecord, Store
 
 RackOpt = typer.Option([], "--rack", help="Every node of this rack (repeatable).")
 PoolOpt = typer.Option([], "--pool", help="Every node of this pool (repeatable).")
@@ -112,3 +115,15 @@ def select(store: Store, targets: Sequence[str] = (), *, racks: Sequence[str] = 
         fail("no node matches " + " and ".join([*(f"rack {r}" for r in racks), *(f"pool {p}" for p in pools),
                                                  *([f"selector {selector}"] if selector else [])]), BAD_INPUT)
     return chosen
+
+
+def select_names(targets: Sequence[str] | None, *, racks: Sequence[str] = (), pools: Sequence[str] = (),
+                 all_: bool = False, selector: str | None = None) -> list[str]:
+    """:func:`select` against the default store, for a command that holds no store of its own."""
+    from lifecycle.store import Store
+
+    store = Store()
+    try:
+        return select(store, targets or [], racks=racks, pools=pools, all_=all_, selector=selector)
+    finally:
+        store.close()

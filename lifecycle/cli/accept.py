@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -14,7 +13,9 @@ import typer
 from acceptance.coverage import WAIVABLE
 from acceptance.judge import Waiver
 from lifecycle.cli._common import BAD_INPUT, FAILED, REFUSED, JsonOpt, emit_json, emit_table, err_console, fail
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait, operator_name
 from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
+from lifecycle.model.vocab import Level
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
 
@@ -24,7 +25,7 @@ def accept_cmd(
                                                    "(node-[01-04])."),
     nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names or hostlists."),
     rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
-    level: str = typer.Option("quick", "--level", help="quick | standard | full"),
+    level: Level = typer.Option("quick", "--level", help="How much burn-in runs on each node."),
     report_dir: Path | None = typer.Option(None, "--report-dir", help="Where the JSON, JUnit and HTML reports go."),
     profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE",
                                        help="Burn-in profile name or .toml file for every node (default: the SKU)."),
@@ -51,18 +52,18 @@ def accept_cmd(
                                     help="Waive a required check, by name: multi-node (needs --reason; the "
                                          "waiver, who gave it and why go into every record and report)."),
     reason: str | None = typer.Option(None, "--reason", help="Why the waived check is waived (with --waive)."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Accept a rack: passing nodes become `accepted`; failing ones `quarantined` (and drained in Slurm)."""
-    if level not in ("quick", "standard", "full"):
-        fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
     if bad := [w for w in waive if w not in WAIVABLE]:
         fail(f"--waive {bad[0]!r}: only {', '.join(WAIVABLE)} can be waived", BAD_INPUT)
     if waive and not (reason and reason.strip()):
         fail("--waive needs --reason TEXT: a waiver says why", BAD_INPUT)
     if reason is not None and not waive:
         fail("--reason is the reason for a --waive; give the check to waive", BAD_INPUT)
-    who = operator or getpass.getuser()
+    check_no_wait(no_wait)
+    who = operator_name(operator)
     at = datetime.now(UTC).isoformat(timespec="seconds")
     waivers = tuple(Waiver(w, who, (reason or "").strip()[:500], at) for w in dict.fromkeys(waive))
     if not ssh_config.is_file():
@@ -75,7 +76,7 @@ def accept_cmd(
         names = select(store, given, racks=rack, pools=pool, all_=all_, selector=selector, racks_as_targets=True)
     finally:
         store.close()
-    from lifecycle.cli._runs import controller, progress
+    from lifecycle.cli._runs import controller, leave_running, progress
     from lifecycle.workflows import accept
 
     wid = f"accept-{os.urandom(6).hex()}"
@@ -85,7 +86,7 @@ def accept_cmd(
         operator=who, ssh_config=str(ssh_config.resolve()), profile=profile, waivers=waivers,
         burnin_python=burnin_python, max_in_flight=max_in_flight, timeout_s=timeout, multi_node=multi_node,
         nccl_binary=nccl_tests, multi_node_timeout_s=multi_node_timeout, multi_node_max_parallel=max_parallel)
-    with controller("accept") as ctl:
+    with controller("accept", no_wait=no_wait) as ctl:
         same = [r for r in ctl.cut_off("accept_nodes") if r.args and set(r.args[0]) == set(names)]
         if same:
             # The same request, cut off earlier: finish that run rather than start a second one.
@@ -100,7 +101,9 @@ def accept_cmd(
                               f"reports in {cfg.report_dir}", markup=False)
         for w in cfg.waivers:
             err_console.print(f"WAIVED {w.check} by {w.by}: {w.reason}", markup=False)
-        with progress(names, f"acceptance run {wid}"):
+        if no_wait:
+            leave_running(ctl, as_json)
+        with progress(names, f"acceptance run {wid}", runs=ctl.runs):
             verdicts: list[dict[str, Any]] = handle.get_result()
     if as_json:
         emit_json({"run_id": wid, "report_dir": cfg.report_dir, "waivers": [asdict(w) for w in cfg.waivers],
@@ -109,7 +112,7 @@ def accept_cmd(
         emit_table(f"acceptance {wid}", ["node", "verdict", "state", "why"],
                    [(v["node"], "REFUSED" if v.get("refused_by") else "PASS" if v["passed"] else "FAIL",
                      v["state"], "; ".join(v["reasons"])[:200]) for v in verdicts])
+    if any(not v["passed"] and not v.get("refused_by") for v in verdicts):
+        raise typer.Exit(FAILED)  # a node was tested and failed: that verdict wins over a refusal beside it
     if any(v.get("refused_by") for v in verdicts):
         raise typer.Exit(REFUSED)
-    if not all(v["passed"] for v in verdicts):
-        raise typer.Exit(FAILED)

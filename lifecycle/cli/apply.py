@@ -9,10 +9,10 @@ implemented yet), 2 bad input.
 
 from __future__ import annotations
 
-import getpass
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -27,9 +27,10 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
-from lifecycle.cli._runs import say
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait, operator_name, say
 from lifecycle.cli._select import expand_names
 from lifecycle.cli.inventory import load_or_exit
+from lifecycle.model.vocab import Level
 from lifecycle.planner.plan import Plan
 from lifecycle.store import Store, StoreError
 from lifecycle.store.db import default_home
@@ -43,7 +44,7 @@ def apply_cmd(
     max_unavailable: str = typer.Option("1", "--max-unavailable",
                                         help="Per pool, nodes out of service at once: N or P%."),
     yes: bool = YesOpt,
-    level: str = typer.Option("quick", "--level", help="Acceptance level for accept steps."),
+    level: Level = typer.Option("quick", "--level", help="Acceptance level for accept steps."),
     operator: str | None = typer.Option(None, "--operator", help="Who applies (default: the login name)."),
     ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
                                     help="ssh_config that reaches the nodes (key auth, pinned host keys)."),
@@ -59,34 +60,33 @@ def apply_cmd(
                                         help="The boot server's URL as nodes see it (default: the listen address)."),
     boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
                                        help="Seconds to wait for a node to phone home, per boot."),
+    bios_timeout: float = typer.Option(900.0, "--bios-timeout", envvar="RACKLIFE_BIOS_TIMEOUT_S", min=1,
+                                       help="Seconds a set-bios step waits for the BIOS to read its values back."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Converge the fleet on its inventory as far as workflows exist and blockers allow."""
-    from lifecycle.cli._runs import controller
+    from lifecycle.cli._runs import controller, leave_running, progress
     from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
     from lifecycle.model.limits import Unavailable
     from lifecycle.planner import observe
-    from lifecycle.planner.apply import ApplySettings, apply
+    from lifecycle.planner.apply import ApplySettings
+    from lifecycle.planner.assemble import RunnerSettings
+    from lifecycle.planner.durable import carry_out
     from lifecycle.planner.fleet import UnknownNodes, plan_fleet
-    from lifecycle.planner.runner import WorkflowRunner
-    from lifecycle.workflows.accept import AcceptSettings
-    from lifecycle.workflows.boot_run import BootSettings
     from lifecycle.workflows.decommission_checks import SLURM_CONF_CMD_ENV
-    from lifecycle.workflows.kube_pool import KubeSettings
 
-    if level not in ("quick", "standard", "full"):
-        fail(f"--level must be quick, standard or full, not {level!r}", BAD_INPUT)
     try:
         limit = Unavailable.parse(max_unavailable)
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
+    check_no_wait(no_wait)
     inv = load_or_exit(inventory, as_json) if inventory is not None else None
     names = expand_names([nodes]) if nodes is not None and nodes.strip(",") else [] if nodes is not None else None
-    who = operator or getpass.getuser()
-    sources = observe.default_sources(firmware=False)
+    who = operator_name(operator)
     kubeconfig = os.environ.get("RACKLIFE_KUBECONFIG") or os.environ.get("KUBECONFIG")
-    kube = KubeSettings(str(Path(kubeconfig).resolve())) if kubeconfig else None
     store = Store()
+    sources = observe.default_sources(firmware=False, store=store)
     try:
         try:
             first = plan_fleet(store, inv, names, sources)
@@ -101,43 +101,54 @@ def apply_cmd(
                         [f"{n.node}: {s.describe()}" for n in first.nodes for s in n.steps]),
                  yes=yes, dry_run=False)  # `racklife plan` is the dry run
 
-        def accept_settings(run_id: str) -> AcceptSettings:
-            work = default_home() / "acceptance" / run_id
-            return AcceptSettings(level=level, work_dir=str(work), report_dir=str(work / "reports"), operator=who,
-                                  ssh_config=str(ssh_config.resolve()), profile=profile,
-                                  burnin_python=burnin_python, max_in_flight=max_in_flight)
+        # Paths resolved here: a run the service executes must not resolve them against its own directory.
+        settings = RunnerSettings(
+            operator=who, home=default_home(), images_dir=images_dir or default_home() / "images", level=level,
+            ssh_config=ssh_config.resolve(), profile=profile, burnin_python=burnin_python,
+            max_in_flight=max_in_flight, boot_listen=boot_listen, boot_url=boot_url, boot_timeout_s=boot_timeout,
+            bios_timeout_s=bios_timeout, image=image,
+            kubeconfig=str(Path(kubeconfig).resolve()) if kubeconfig else None,
+            role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
+            slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))))
+        cfg = ApplySettings(who, max_in_flight, limit)
+        with controller("apply", no_wait=no_wait) as ctl:
+            working = [n.node for n in first.nodes if n.steps]
 
-        with controller("apply") as ctl:
-            boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout, image)
-            runner = WorkflowRunner(ctl, accept_settings, store, boot, max_in_flight, kube=kube,
-                                    move_to={n.name: n.pool for n in inv.nodes} if inv is not None else {},
-                                    role_cmd=tuple(shlex.split(os.environ.get(ROLE_CMD_ENV, ""))),
-                                    slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))),
-                                    operator=who,
-                                    say=say)
-            report = apply(store, inv, names, sources, runner,
-                           ApplySettings(who, max_in_flight, limit), say=say)
+            def handed(run_id: str) -> None:  # one durable run the service executes: ^C leaves it running there
+                if no_wait:
+                    leave_running(ctl, as_json)
+
+            with progress(working, f"apply to {len(working)} node(s)", runs=ctl.runs):
+                result = carry_out(ctl, store, inv, names, sources, settings, cfg, say=say, handed=handed,
+                                   inventory_text=inventory.read_text() if inventory is not None else None,
+                                   inventory_file=str(inventory or "")).to_json()
     finally:
         store.close()
+    _print(result, as_json)
+
+
+def _print(report: dict[str, Any], as_json: bool) -> None:
+    """The report (``ApplyReport.to_json``: here, or the service's run's result); exit 1 unless converged."""
     if as_json:
-        emit_json(report.to_json())
+        emit_json(report)
     else:
-        if report.done:
+        done = report["done"]
+        if done:
             emit_table("applied", ["node", "action", "result", "run", "detail"],
-                       [(d.node, d.action.value, "ok" if d.ok else "FAILED", d.run_id, d.detail[:160])
-                        for d in report.done])
+                       [(d["node"], d["action"], "ok" if d["ok"] else "FAILED", d["run_id"], d["detail"][:160])
+                        for d in done])
         else:
             err_console.print("nothing done: no step could be carried out", markup=False)
-        for name, why in sorted(report.skipped.items()):
+        for name, why in sorted(report["skipped"].items()):
             out_console.print(f"{name}: left for later: {why}", markup=False, soft_wrap=True)
-        remaining = report.final.nodes if report.final else []
-        for n in remaining:
-            for s in n.steps:
-                out_console.print(f"{n.node}: still to do: {s.describe()}", markup=False, soft_wrap=True)
-            for b in n.blockers:
-                out_console.print(f"{n.node}: blocked ({b.kind}): {b.message}", markup=False, soft_wrap=True)
-        err_console.print("converged: no changes left" if report.converged else "not converged", markup=False)
-    if not report.converged or not all(d.ok for d in report.done):
+        for n in (report["remaining"] or {}).get("nodes", []):
+            for s in n["steps"]:
+                out_console.print(f"{n['node']}: still to do: {s['describe']}", markup=False, soft_wrap=True)
+            for b in n["blockers"]:
+                out_console.print(f"{n['node']}: blocked ({b['kind']}): {b['message']}", markup=False,
+                                  soft_wrap=True)
+        err_console.print("converged: no changes left" if report["converged"] else "not converged", markup=False)
+    if not report["converged"] or not all(d["ok"] for d in report["done"]):
         raise typer.Exit(FAILED)
 
 

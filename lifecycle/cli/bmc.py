@@ -1,38 +1,49 @@
-"""`racklife bmc …`: talk to one BMC, named by the inventory (--node) or directly (--address).
+"""`racklife bmc …`: talk to the BMCs of the nodes named (the one node selection), or to one by --address.
 
 Why it exists: an operator racking a server needs to check power, set the boot device, read the
 inventory, the SEL and the sensors without writing code, with the same drivers the workflows use.
 Exit codes tell scripts what happened: 0 ok, 2 bad input, 3 BMC unreachable, 4 auth failed,
 5 the BMC refused the operation. Passwords come from the environment (or the inventory's
-credentials reference) and never appear in output, JSON or error messages.
+credentials reference) and never appear in output, JSON or error messages. Which BMCs, and how
+several nodes' outcomes are reported: ``bmc_targets.py``.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-from lifecycle.cli._change import Change, DryRunOpt, ForceOpt, YesOpt, go_ahead, in_service_guard
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, err_console, error_exit, out_console
-from lifecycle.drivers.bmc.base import (
-    BmcDriver,
-    BootDevice,
-    BootMode,
-    Credentials,
-    PowerAction,
-    PowerState,
-    resolve_credentials,
+from lifecycle.cli._change import Change, DryRunOpt, YesOpt, go_ahead, refuse_scheduled, scheduled
+from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_table, error_exit, out_console
+from lifecycle.cli.bmc_targets import (
+    AddressOpt,
+    AllOpt,
+    Bmc,
+    DriverChoice,
+    DriverOpt,
+    InsecureOpt,
+    InventoryOpt,
+    NodeOpt,
+    PasswordEnvOpt,
+    PoolOpt,
+    RackOpt,
+    Selection,
+    SelectorOpt,
+    SystemOpt,
+    TargetsArg,
+    UserOpt,
+    _Target,
+    each,
+    report,
+    resolve,
+    stop_on_one_error,
 )
-from lifecycle.drivers.bmc.factory import driver_for, driver_from_args
-from lifecycle.drivers.errors import DriverError
-from lifecycle.model.inventory import InventoryError, load_inventory
+from lifecycle.drivers.bmc.base import BootDevice, BootMode, HardwareInventory, LogEntry, PowerAction, PowerState
+from lifecycle.model.vocab import KeepJobsPolicy
 
 app = typer.Typer(help="Power, boot device, inventory, SEL, sensors, firmware and BIOS of one BMC.",
                   no_args_is_help=True)
@@ -51,138 +62,96 @@ class PowerCommand(StrEnum):
 _TAKES_DOWN = frozenset({PowerCommand.OFF, PowerCommand.GRACEFUL_OFF, PowerCommand.CYCLE, PowerCommand.RESET})
 
 
-class DriverChoice(StrEnum):
-    REDFISH = "redfish"
-    IPMI = "ipmi"
-
-
-InventoryOpt = Annotated[Path | None, typer.Option(
-    "--inventory", envvar="RACKLIFE_INVENTORY", help="Inventory YAML (with --node).")]
-NodeOpt = Annotated[str | None, typer.Option("--node", help="Node name in the inventory.")]
-AddressOpt = Annotated[str | None, typer.Option(
-    "--address", help="BMC URL (Redfish) or host[:port] (IPMI), instead of --node.")]
-DriverOpt = Annotated[DriverChoice, typer.Option("--driver", help="Protocol, with --address.")]
-UserOpt = Annotated[str | None, typer.Option("--user", help="BMC user, with --address.")]
-PasswordEnvOpt = Annotated[str | None, typer.Option(
-    "--password-env", help="Name of the environment variable that holds the password.")]
-InsecureOpt = Annotated[bool, typer.Option(
-    "--insecure", help="Do not verify the BMC's TLS certificate (Redfish).")]
-SystemOpt = Annotated[str | None, typer.Option(
-    "--system", help="Redfish system id on a BMC that manages several.")]
-
-
-class _Target:
-    """The BMC a command talks to, and the secret to scrub from anything printed."""
-
-    def __init__(self, label: str, driver: BmcDriver, secret: str) -> None:
-        self.label, self.driver, self.secret = label, driver, secret
-
-    def scrub(self, text: str) -> str:
-        return text.replace(self.secret, "***") if self.secret else text
-
-
-def _error(message: str, code: int) -> NoReturn:
-    error_exit(message, code)
-
-
-def _bad(message: str) -> NoReturn:
-    _error(message, BAD_INPUT)
-
-
-def _failed(error: DriverError, secret: str) -> NoReturn:
-    _error(str(error).replace(secret, "***") if secret else str(error), error.exit_code)
-
-
-def _open(inventory: Path | None, node: str | None, address: str | None, driver: DriverChoice,
-          user: str | None, password_env: str | None, insecure: bool,
-          system: str | None) -> _Target:
-    if node and address:
-        _bad("give either --node (with --inventory) or --address, not both")
-    if node:
-        if inventory is None:
-            _bad("--node needs --inventory FILE (or RACKLIFE_INVENTORY)")
-        try:
-            spec = load_inventory(inventory).node(node).bmc
-        except InventoryError as exc:
-            _bad(f"{inventory}: invalid inventory:\n{exc}")
-        except KeyError:
-            _bad(f"no node {node!r} in {inventory}")
-        try:
-            creds = resolve_credentials(spec.credentials, spec.address)
-            return _Target(node, driver_for(spec, credentials=creds), creds.password)
-        except DriverError as exc:
-            _failed(exc, "")
-        except ValueError as exc:
-            _bad(str(exc))
-    if not address:
-        _bad("name a BMC: --node NAME --inventory FILE, or --address ADDRESS")
-    if not user or not password_env:
-        _bad("--address needs --user and --password-env VARIABLE")
-    password = os.environ.get(password_env, "")
-    if not password:
-        _bad(f"environment variable {password_env} is empty or unset")
-    try:
-        made = driver_from_args(driver.value, address, Credentials(user, password),
-                                verify_tls=not insecure, system=system)
-    except ValueError as exc:
-        _bad(str(exc).replace(password, "***"))
-    return _Target(address, made, password)
-
-
-@contextmanager
-def _session(inventory: Path | None, node: str | None, address: str | None,
-             driver: DriverChoice, user: str | None, password_env: str | None, insecure: bool,
-             system: str | None) -> Iterator[_Target]:
-    target = _open(inventory, node, address, driver, user, password_env, insecure, system)
-    try:
-        yield target
-    except DriverError as exc:
-        _failed(exc, target.secret)
-    finally:
-        try:
-            target.driver.close()
-        except DriverError as exc:
-            err_console.print(f"warning: {target.scrub(str(exc))}", highlight=False)
+def _selection(targets: list[str] | None, node: str | None, rack: list[str], pool: list[str], all_: bool,
+               selector: str | None, inventory: Path | None, address: str | None, driver: DriverChoice,
+               user: str | None, password_env: str | None, insecure: bool, system: str | None) -> list[Bmc]:
+    return resolve(Selection(tuple(targets or ()), node, tuple(rack), tuple(pool), all_, selector, inventory,
+                             address, driver, user, password_env, insecure, system))
 
 
 @app.command()
 def power(
     action: Annotated[PowerCommand, typer.Argument(help="status, on, off, graceful-off, cycle "
                                                         "or reset.")],
-    inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
+    targets: TargetsArg = None, rack: RackOpt = [], pool: PoolOpt = [], all_: AllOpt = False,  # noqa: B006
+    selector: SelectorOpt = None, node: NodeOpt = None,
+    inventory: InventoryOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
-    yes: bool = YesOpt, dry_run: bool = DryRunOpt, force: bool = ForceOpt,
+    yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+    force: bool = typer.Option(False, "--force", help="On a node in service: run the action as a workflow that "
+                                                      "leaves the scheduler, acts and rejoins (refused without it)."),
+    policy: KeepJobsPolicy | None = typer.Option(None, "--policy",
+                                                 help="With --force, Slurm leave (default: the pool's)."),
+    deadline: str | None = typer.Option(None, "--deadline", help="With --force: how long the leave waits for jobs "
+                                                                "or PodDisruptionBudgets (30m)."),
+    back_timeout: float = typer.Option(600.0, "--back-timeout", min=1, help="With --force: seconds the node may take "
+                                                                            "to be back after cycle or reset."),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", envvar=["RACKLIFE_KUBECONFIG", "KUBECONFIG"],
+                                           help="With --force on a Kubernetes pool's node: the cluster."),
 ) -> None:
     """Show or change power. Asking for the state the system is in already does nothing.
 
     off, graceful-off, cycle and reset ask first (--yes where there is no
     terminal; --dry-run to see what would happen), and are refused on a node a
-    scheduler is using unless --force.
+    scheduler is using unless --force. With --force, a node in service goes
+    through one workflow (racklife bmc power … --force, lifecycle/workflows/
+    power_cycle.py): leave its scheduler with racklife's own drain or cordon
+    (--policy, --deadline), the action, wait until it is back (cycle, reset)
+    and rejoin, lifting only racklife's drain; after off it stays drained and
+    the output says how to bring it back. A drain someone else holds refuses it.
+    Several nodes: one result per node (reads up to 8 BMCs at a time).
     """
-    if action in _TAKES_DOWN:
-        in_service_guard([node] if node else [], f"power {action.value}", force=force, bmc_address=address)
-    with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
-        before = t.driver.power_state()
-        result: dict[str, object] = {"bmc": t.label, "power": before.value}
-        if action is not PowerCommand.STATUS:
-            wanted = PowerAction(action.value.replace("-", "_"))
-            changes = _changes(before, wanted)
-            if dry_run or (action in _TAKES_DOWN and changes):
-                now = f"power is {before.value} now" + ("" if changes else ": nothing to do")
-                go_ahead(Change(f"power {action.value}", [t.label], [now]), yes=yes or action not in _TAKES_DOWN,
-                         dry_run=dry_run)
-            t.driver.power(wanted)
-            result = {"bmc": t.label, "action": wanted.value, "before": before.value,
-                      "changed": _changes(before, wanted)}
-    if as_json:
-        emit_json(result)
-    elif action is PowerCommand.STATUS:
-        out_console.print(f"{t.label}: power {before.value}")
-    else:
-        verb = "requested" if result["changed"] else "nothing to do, already"
-        out_console.print(f"{t.label}: power {action.value} {verb} (was {before.value})")
+    bmcs = _selection(targets, node, rack, pool, all_, selector, inventory, address, driver, user, password_env,
+                      insecure, system)
+    named = [b.label for b in bmcs if b.spec is not None]
+    busy = scheduled(named, address) if action in _TAKES_DOWN else []
+    if busy:
+        what = f"power {action.value}"
+        if not force:
+            refuse_scheduled(busy, what, "take it out first (racklife slurm leave / role-swap), or --force to run "
+                                         "it as one workflow: leave the scheduler, act, wait for the node, rejoin")
+        rest = [n for n in named if n not in {n for n, _s in busy}]  # --address is the one node it belongs to
+        if rest:
+            error_exit(f"the selection mixes nodes a scheduler is using ({', '.join(n for n, _s in busy)}) with "
+                       f"nodes it is not ({', '.join(rest)}): --force runs the first through the power workflow; "
+                       "name them separately (--selector state=in_service)", BAD_INPUT)
+        from lifecycle.cli.bmc_power import in_service
+
+        in_service(busy, action.value, policy=policy, deadline=deadline, back_timeout=back_timeout,
+                   kubeconfig=kubeconfig, yes=yes, dry_run=dry_run, as_json=as_json)
+        return
+    states = each(bmcs, lambda t: t.driver.power_state())
+    if action is PowerCommand.STATUS:
+        report(states, as_json=as_json, doc=lambda label, st: {"bmc": label, "power": st.value},
+               show=lambda label, st: out_console.print(f"{label}: power {st.value}"))
+        return
+    stop_on_one_error(states)
+    wanted = PowerAction(action.value.replace("-", "_"))
+    before = {o.label: o.value for o in states if o.value is not None}
+    changing = [label for label, st in before.items() if _changes(st, wanted)]
+    if dry_run or (action in _TAKES_DOWN and changing):
+        effects = [f"{label}: power is {st.value} now" + ("" if _changes(st, wanted) else ": nothing to do")
+                   for label, st in before.items()]
+        if len(bmcs) == 1:
+            effects = [e.split(": ", 1)[1] for e in effects]
+        go_ahead(Change(f"power {action.value}", [b.label for b in bmcs], effects),
+                 yes=yes or action not in _TAKES_DOWN, dry_run=dry_run)
+    reachable = [b for b in bmcs if b.label in before]
+
+    def act(t: _Target) -> PowerState:
+        t.driver.power(wanted)
+        return before[t.label]
+
+    done = [o for o in states if not o.ok] + each(reachable, act)
+    done.sort(key=lambda o: [b.label for b in bmcs].index(o.label))
+    report(done, as_json=as_json,
+           doc=lambda label, was: {"bmc": label, "action": wanted.value, "before": was.value,
+                                   "changed": _changes(was, wanted)},
+           show=lambda label, was: out_console.print(
+               f"{label}: power {action.value} "
+               f"{'requested' if _changes(was, wanted) else 'nothing to do, already'} (was {was.value})"))
 
 
 def _changes(before: PowerState, action: PowerAction) -> bool:
@@ -196,41 +165,46 @@ def _changes(before: PowerState, action: PowerAction) -> bool:
 @app.command()
 def boot(
     device: Annotated[BootDevice, typer.Argument(help="pxe, http, disk or cd.")],
+    targets: TargetsArg = None,
     persistent: Annotated[bool, typer.Option(
         "--persistent", help="Keep the override for every boot, not only the next one.")] = False,
     legacy: Annotated[bool, typer.Option("--legacy", help="Legacy BIOS boot, not UEFI.")] = False,
-    inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
+    rack: RackOpt = [], pool: PoolOpt = [], all_: AllOpt = False,  # noqa: B006
+    selector: SelectorOpt = None, node: NodeOpt = None,
+    inventory: InventoryOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
 ) -> None:
     """Set the boot device for the next boot (or every boot with --persistent)."""
     mode = BootMode.LEGACY if legacy else BootMode.UEFI
-    with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
-        t.driver.set_boot(device, once=not persistent, mode=mode)
-    result = {"bmc": t.label, "boot": device.value, "once": not persistent, "mode": mode.value}
-    if as_json:
-        emit_json(result)
-    else:
-        when = "every boot" if persistent else "the next boot"
-        out_console.print(f"{t.label}: boot from {device.value} ({mode.value}) on {when}")
+    bmcs = _selection(targets, node, rack, pool, all_, selector, inventory, address, driver, user, password_env,
+                      insecure, system)
+    when = "every boot" if persistent else "the next boot"
+    report(each(bmcs, lambda t: t.driver.set_boot(device, once=not persistent, mode=mode)), as_json=as_json,
+           doc=lambda label, _: {"bmc": label, "boot": device.value, "once": not persistent, "mode": mode.value},
+           show=lambda label, _: out_console.print(f"{label}: boot from {device.value} ({mode.value}) on {when}"))
 
 
 @app.command("inventory")
 def inventory_(
-    inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
+    targets: TargetsArg = None, rack: RackOpt = [], pool: PoolOpt = [], all_: AllOpt = False,  # noqa: B006
+    selector: SelectorOpt = None, node: NodeOpt = None,
+    inventory: InventoryOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
 ) -> None:
     """Hardware inventory: system, CPUs, memory, GPUs, NICs, drives, firmware."""
-    with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
-        hw = t.driver.inventory()
-    if as_json:
-        emit_json({"bmc": t.label, **asdict(hw)})
-        return
+    bmcs = _selection(targets, node, rack, pool, all_, selector, inventory, address, driver, user, password_env,
+                      insecure, system)
+    report(each(bmcs, lambda t: t.driver.inventory()), as_json=as_json,
+           doc=lambda label, hw: {"bmc": label, **asdict(hw)}, show=_show_inventory, tables=True)
+
+
+def _show_inventory(label: str, hw: HardwareInventory) -> None:
     s = hw.system
-    out_console.print(f"{t.label}: {s.vendor} {s.model}, serial {s.serial}, UUID {s.uuid}, "
+    out_console.print(f"{label}: {s.vendor} {s.model}, serial {s.serial}, UUID {s.uuid}, "
                       f"BIOS {s.bios_version or '?'}; {len(hw.cpus)} CPU(s), "
                       f"{hw.memory_gib:g} GiB, {len(hw.gpus)} GPU(s)", highlight=False)
     if hw.gpus:
@@ -247,47 +221,60 @@ def inventory_(
 
 @app.command()
 def sel(
+    targets: TargetsArg = None,
     clear: Annotated[bool, typer.Option("--clear", help="Clear the log after reading it (asks first).")] = False,
-    inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
+    rack: RackOpt = [], pool: PoolOpt = [], all_: AllOpt = False,  # noqa: B006
+    selector: SelectorOpt = None, node: NodeOpt = None,
+    inventory: InventoryOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
     yes: bool = YesOpt, dry_run: bool = DryRunOpt,
 ) -> None:
     """The system event log (SEL); with --clear, print it and then clear it (--yes, or asked; --dry-run)."""
-    with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
-        entries = t.driver.event_log()
-        if clear:
-            go_ahead(Change("clear the event log", [t.label], [f"{len(entries)} entries are lost"]),
-                     yes=yes, dry_run=dry_run)
-            t.driver.clear_event_log()
-    if as_json:
-        emit_json({"bmc": t.label, "cleared": clear, "entries": [
-            {**asdict(e), "created": e.created.isoformat() if e.created else None}
-            for e in entries]})
-        return
-    emit_table(f"{t.label}: event log", ["id", "time", "severity", "message"],
-               [(e.id, e.created.isoformat() if e.created else "", e.severity, e.message)
-                for e in entries])
+    bmcs = _selection(targets, node, rack, pool, all_, selector, inventory, address, driver, user, password_env,
+                      insecure, system)
+    read = each(bmcs, lambda t: t.driver.event_log())
     if clear:
-        out_console.print(f"{t.label}: event log cleared ({len(entries)} entries)")
+        stop_on_one_error(read)
+        counts = {o.label: len(o.value) for o in read if o.value is not None}
+        effects = [f"{label}: {n} entries are lost" for label, n in counts.items()]
+        go_ahead(Change("clear the event log", [b.label for b in bmcs],
+                        [e.split(": ", 1)[1] for e in effects] if len(bmcs) == 1 else effects),
+                 yes=yes, dry_run=dry_run)
+        cleared = {o.label: o for o in each([b for b in bmcs if b.label in counts],
+                                              lambda t: t.driver.clear_event_log())}
+        for o in read:  # the entries as read; the node's outcome is the clear's
+            c = cleared.get(o.label)
+            if c is not None and not c.ok:
+                o.code, o.message, o.value = c.code, c.message, None
+    report(read, as_json=as_json, doc=lambda label, entries: {"bmc": label, "cleared": clear, "entries": [
+        {**asdict(e), "created": e.created.isoformat() if e.created else None} for e in entries]},
+        show=lambda label, entries: _show_sel(label, entries, clear), tables=True)
+
+
+def _show_sel(label: str, entries: list[LogEntry], clear: bool) -> None:
+    emit_table(f"{label}: event log", ["id", "time", "severity", "message"],
+               [(e.id, e.created.isoformat() if e.created else "", e.severity, e.message) for e in entries])
+    if clear:
+        out_console.print(f"{label}: event log cleared ({len(entries)} entries)")
 
 
 @app.command()
 def sensors(
-    inventory: InventoryOpt = None, node: NodeOpt = None, address: AddressOpt = None,
+    targets: TargetsArg = None, rack: RackOpt = [], pool: PoolOpt = [], all_: AllOpt = False,  # noqa: B006
+    selector: SelectorOpt = None, node: NodeOpt = None,
+    inventory: InventoryOpt = None, address: AddressOpt = None,
     driver: DriverOpt = DriverChoice.REDFISH, user: UserOpt = None,
     password_env: PasswordEnvOpt = None, insecure: InsecureOpt = False, system: SystemOpt = None,
     as_json: bool = JsonOpt,
 ) -> None:
     """Sensor readings (temperature, fans, voltage, power) with their health."""
-    with _session(inventory, node, address, driver, user, password_env, insecure, system) as t:
-        readings = t.driver.sensors()
-        health = t.driver.health()
-    if as_json:
-        emit_json({"bmc": t.label, "health": asdict(health),
-                   "sensors": [asdict(r) for r in readings]})
-        return
-    emit_table(f"{t.label}: sensors (health {health.overall})",
-               ["name", "kind", "value", "unit", "health"],
-               [(r.name, r.kind, r.value, r.unit, r.health) for r in readings])
+    bmcs = _selection(targets, node, rack, pool, all_, selector, inventory, address, driver, user, password_env,
+                      insecure, system)
+    report(each(bmcs, lambda t: (t.driver.sensors(), t.driver.health())), as_json=as_json,
+           doc=lambda label, v: {"bmc": label, "health": asdict(v[1]), "sensors": [asdict(r) for r in v[0]]},
+           show=lambda label, v: emit_table(f"{label}: sensors (health {v[1].overall})",
+                                            ["name", "kind", "value", "unit", "health"],
+                                            [(r.name, r.kind, r.value, r.unit, r.health) for r in v[0]]),
+           tables=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 
 from burnin import cli as node_cli
-from burnin.profiles import LEVELS
 from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, error_exit, fail
+from lifecycle.model.vocab import Level
 
 app = typer.Typer(help="Node burn-in: GPUs, links and firmware checked against a SKU profile.",
                   no_args_is_help=True)
@@ -21,16 +21,20 @@ app = typer.Typer(help="Node burn-in: GPUs, links and firmware checked against a
 @app.command("run")
 def run(
     profile: str = typer.Option(..., "--profile", help="SKU profile, e.g. h100-sxm-8"),
-    level: str = typer.Option("standard", "--level", help=f"one of {', '.join(LEVELS)}"),
+    level: Level = typer.Option("standard", "--level", help="how much of the profile runs"),
     out: Path = typer.Option(..., "--out", help="directory for result.json and raw outputs"),
     skip: list[str] = typer.Option([], "--skip", help="check to skip (recorded as error)"),
     expect_driver: str | None = typer.Option(None, "--expect-driver", help="the image's driver"),
     expect_cuda: str | None = typer.Option(None, "--expect-cuda", help="the image's CUDA version"),
+    kernel_log_since: str | None = typer.Option(
+        None, "--kernel-log-since", metavar="ISO",
+        help="judge only kernel log lines from this time on (this node's clock, e.g. `date --iso-8601=ns`); "
+             "default: the whole log"),
     json_out: bool = JsonOpt,
 ) -> None:
     """Run the profile's checks on this node; exit 0 only if every check passed."""
     code, res = node_cli.run_node(profile, level, out, skip, expect_driver, expect_cuda,
-                                  progress=not json_out)
+                                  progress=not json_out, kernel_log_since=kernel_log_since)
     if isinstance(res, str):
         fail(res, code)
     if json_out:

@@ -3,7 +3,11 @@
 Every node is one run of ``lifecycle.workflows.decommission.decommission_node``
 holding its lease: pre-checks, leave the scheduler, out of Slurm's
 configuration or Kubernetes' Node list, with ``--erase`` a verified secure
-erase and a signed certificate, ``--reset-bmc``, power off,
+erase, read back from a maintenance boot (the ``maintenance`` image where it is
+built, else ``minimal``; ``--maintenance-image``) (the embedded
+boot server runs while the command does; ``--images``, ``--boot-listen``,
+``--ssh-config`` as ``racklife provision`` and ``accept`` take them) and a
+signed certificate, ``--reset-bmc``, power off,
 ``decommissioned``. ``--dry-run`` runs the same pre-checks without the engine
 and lists what would be touched; it changes nothing. A run cut off by a killed
 controller is finished by the next ``racklife decommission`` of that node.
@@ -14,9 +18,11 @@ not verified), 2 bad input, 5 refused by a pre-check (jobs running without
 
 from __future__ import annotations
 
-import getpass
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +35,18 @@ from lifecycle.cli._common import (
     JsonOpt,
     emit_json,
     emit_table,
-    err_console,
     fail,
     out_console,
 )
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait, operator_name
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.cli.kube import KubeconfigOpt
+from lifecycle.cli.upgrade import ImagesOpt, ListenOpt, TimeoutOpt, UrlOpt
 
 
 def decommission_cmd(
-    nodes: list[str] = typer.Argument(..., help="Node names to decommission."),
+    nodes: list[str] = typer.Argument(None, help="Node names or hostlists to decommission."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     erase: bool = typer.Option(False, "--erase", help="Secure-erase every drive through the BMC, verify it and "
                                                       "write a signed erase certificate (Redfish BMCs only)."),
     force: bool = typer.Option(False, "--force", help="Requeue running Slurm jobs and evict pods instead of "
@@ -50,7 +59,18 @@ def decommission_cmd(
     certificates: Path | None = typer.Option(None, "--certificates", envvar="RACKLIFE_ERASE_CERTIFICATES",
                                              help="Where erase certificates go (default: "
                                                   "$RACKLIFE_HOME/erase-certificates)."),
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
+                                    help="--erase: ssh_config that reaches the node in its maintenance boot."),
+    images_dir: Path | None = ImagesOpt,
+    maintenance_image: str | None = typer.Option(
+        None, "--maintenance-image", envvar="RACKLIFE_MAINTENANCE_IMAGE",
+        help="--erase: the image booted to read the drives back (default: maintenance where built, else "
+             "minimal)."),
+    boot_listen: str = ListenOpt,
+    boot_url: str | None = UrlOpt,
+    boot_timeout: float = TimeoutOpt,
     operator: str | None = typer.Option(None, "--operator", help="Who asks (default: the login name)."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Decommission NODES: leave the scheduler, optionally erase, power off; history kept, name freed."""
@@ -64,48 +84,83 @@ def decommission_cmd(
     )
     from lifecycle.workflows.kube_pool import KubeSettings
 
-    names = list(dict.fromkeys(nodes))
+    if not dry_run:
+        check_no_wait(no_wait)
     if kubeconfig is not None and not kubeconfig.is_file():
         fail(f"--kubeconfig {kubeconfig}: no such file", BAD_INPUT)
     store = Store()
     try:
-        for n in names:
-            store.get(n)
+        names = select(store, nodes or [], racks=rack, pools=pool, all_=all_, selector=selector)
     except (NodeNotFound, StoreError) as exc:
         store.close()
         fail(str(exc), BAD_INPUT)
+    except typer.Exit:  # the selection was bad input
+        store.close()
+        raise
     settings = DecommissionSettings(
-        operator=operator or getpass.getuser(), reason=reason, force=force, erase=erase, reset_bmc=reset_bmc,
+        operator=operator_name(operator), reason=reason, force=force, erase=erase, reset_bmc=reset_bmc,
         kube=KubeSettings(str(kubeconfig.resolve())) if kubeconfig is not None else None,
         slurm_conf_cmd=tuple(shlex.split(os.environ.get(SLURM_CONF_CMD_ENV, ""))),
         certificate_dir=str(certificates.resolve()) if certificates is not None else "")
+    from lifecycle.cli.upgrade_start import boot_settings
+
+    boot = boot_settings(images_dir, boot_listen, boot_url, boot_timeout)
+    try:
+        with _readback(store, boot, ssh_config, erase, maintenance_image, here=not dry_run) as (back, why):
+            settings = replace(settings, readback=back, readback_unavailable=why)
+            if dry_run:
+                report = [{"node": n, "plan": plan_lines(store, n, settings),
+                           **prechecks(store, n, settings).to_dict(), "would_touch": touched(store, n, settings)}
+                          for n in names]
+            else:
+                outcomes = _run(names, settings, no_wait, as_json)
+    finally:
+        store.close()
     if dry_run:
-        try:
-            report = [{"node": n, "plan": plan_lines(store, n, settings), **prechecks(store, n, settings).to_dict(),
-                       "would_touch": touched(store, n, settings)} for n in names]
-        finally:
-            store.close()
         _print_dry_run(report, as_json)
         return
-    store.close()
-    _print(_run(names, settings), as_json)
+    _print(outcomes, as_json)
 
 
-def _run(names: list[str], settings: Any) -> list[dict[str, Any]]:
-    from lifecycle.cli._runs import controller
+@contextmanager
+def _readback(store: Any, boot: Any, ssh_config: Path, erase: bool, asked: str | None,
+              here: bool) -> Iterator[tuple[Any, str]]:
+    """With ``--erase``: the read-back's settings, the boot server running (``here``) while the block does;
+    else (None, why not). A missing image or SSH config is not bad input: the erase's pre-check refuses it."""
+    from lifecycle.workflows.boot_run import BootSetupError, boot_server, planned_settings
+    from lifecycle.workflows.decommission_checks import ReadbackSettings, readback_image
+
+    if not erase:
+        yield None, ""
+        return
+    if not ssh_config.is_file():
+        yield None, (f"no SSH config {ssh_config} to reach the node in its maintenance boot (--ssh-config or "
+                     "RACKLIFE_SSH_CONFIG)")
+        return
+    image = readback_image(boot.images_dir, asked)
+    with ExitStack() as stack:
+        try:
+            settings = (planned_settings(replace(boot, image=image)) if not here
+                        else stack.enter_context(boot_server(store, replace(boot, image=image))).settings)
+        except (BootSetupError, OSError) as exc:
+            settings = None
+            why = f"no maintenance boot: {exc}"
+        if settings is None:
+            yield None, why
+        else:
+            yield ReadbackSettings(settings, str(ssh_config.resolve()), image), ""
+
+
+def _run(names: list[str], settings: Any, no_wait: bool = False, as_json: bool = False) -> list[dict[str, Any]]:
+    from lifecycle.cli._runs import controller, leave_running, progress
     from lifecycle.workflows import decommission
 
-    with controller("decommission") as ctl:
-        cut_off = {r.args[0]: r for r in ctl.cut_off("decommission_node") if r.args}
-        handles = []
-        for n in names:
-            if n in cut_off:
-                err_console.print(f"{n}: finishing decommission run {cut_off[n].run_id}, cut off earlier, with the "
-                                  "settings it started with", markup=False)
-                handles.append(ctl.handle(cut_off[n].run_id))
-            else:
-                handles.append(ctl.start(decommission.decommission_node, n, settings, nodes=[n]))
-        return [h.get_result() for h in handles]
+    with controller("decommission", no_wait=no_wait) as ctl:
+        handles = [ctl.start_or_finish(decommission.decommission_node, n, settings) for n in names]
+        if no_wait:
+            leave_running(ctl, as_json)
+        with progress(names, f"decommission of {len(names)} node(s)", runs=ctl.runs):
+            return [h.get_result() for h in handles]
 
 
 def _print_dry_run(report: list[dict[str, Any]], as_json: bool) -> None:

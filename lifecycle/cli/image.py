@@ -9,7 +9,7 @@ import typer
 import yaml
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, fail, out_console
-from lifecycle.imaging.build import BuildError, build
+from lifecycle.imaging.build import BuildError, build, public_keys
 from lifecycle.imaging.definition import DefinitionError, load_definition
 from lifecycle.imaging.rootfs import build_rootfs
 from lifecycle.store.db import default_home
@@ -42,8 +42,9 @@ def build_cmd(
     out: Path = typer.Option(None, "--out", help="Output directory (default: $RACKLIFE_HOME/images)."),
     cache: Path = typer.Option(None, "--cache", help="Download cache (default: $RACKLIFE_HOME/cache/debs)."),
     vars_file: Path = typer.Option(None, "--vars", help="YAML mapping of role variables (rootfs images)."),
-    authorized_keys: Path = typer.Option(
-        None, "--authorized-keys", help="The admin's SSH public keys, one a line (sets base_admin_authorized_keys)."),
+    authorized_keys: Path | None = typer.Option(
+        None, "--authorized-keys", help="The admin's SSH public keys, one a line (rootfs: base_admin_authorized_keys; "
+                                      "maintenance: the keys its SSH server accepts)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Build kernel, initrd (and a squashfs root) and manifest.json: every package with its version,
@@ -54,6 +55,18 @@ def build_cmd(
         fail(str(exc), BAD_INPUT)
     out = out or default_home() / "images"
     cache = cache or default_home() / "cache" / "debs"
+    keys: list[str] | None = None
+    if defn.kind == "initramfs" and defn.authorized_keys and authorized_keys is not None:
+        try:  # this image takes the keys itself (images/maintenance.yaml): public keys only
+            keys = public_keys(authorized_keys.read_text().splitlines())
+        except OSError as exc:
+            fail(f"--authorized-keys {authorized_keys}: {exc.strerror}", BAD_INPUT)
+        except BuildError as exc:
+            fail(f"--authorized-keys {authorized_keys}: {exc}", BAD_INPUT)
+        authorized_keys = None
+    elif defn.kind == "initramfs" and defn.authorized_keys:
+        fail(f"image {defn.name} needs --authorized-keys FILE: the site's SSH public keys its SSH server accepts",
+             BAD_INPUT)
     extra = _role_vars(vars_file, authorized_keys)
     if extra and defn.kind != "rootfs":
         fail(f"image {defn.name} has no roles: --vars and --authorized-keys apply to rootfs images", BAD_INPUT)
@@ -62,7 +75,7 @@ def build_cmd(
         if defn.kind == "rootfs":
             manifest = build_rootfs(defn, defdir, out, cache, log=log, role_vars=extra).manifest
         else:
-            manifest = build(defn, defdir, out, cache, log=log)
+            manifest = build(defn, defdir, out, cache, log=log, authorized_keys=keys)
     except BuildError as exc:
         fail(f"image {defn.name}: {exc}", FAILED)  # fail() escapes: Ansible output is full of [brackets]
     if as_json:

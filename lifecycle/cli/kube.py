@@ -19,6 +19,8 @@ import typer
 import yaml
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, err_console, error_exit, fail, out_console
+from lifecycle.cli._runs import NoWaitOpt
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt
 from lifecycle.cli.inventory import load_or_exit
 
 if TYPE_CHECKING:
@@ -166,31 +168,27 @@ def kube_settings(kubeconfig: Path | None, ready_timeout: float, as_json: bool) 
 
 @app.command("join")
 def join_cmd(
-    nodes: list[str] = typer.Argument(..., help="Node names or hostlists (accepted, of a Kubernetes pool)."),
+    nodes: list[str] = typer.Argument(None, help="Node names or hostlists (accepted, of a Kubernetes pool)."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     kubeconfig: Path | None = KubeconfigOpt,
     ready_timeout: float = typer.Option(300.0, "--ready-timeout", min=1,
                                         help="Seconds the kubelet may take to report Ready with every GPU."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Take accepted nodes into service in their Kubernetes pool: labels, taints, Ready with every GPU."""
-    from lifecycle.cli._runs import controller, progress
-    from lifecycle.cli._select import expand_names
+    from lifecycle.cli._runs import check_no_wait, controller, leave_running, progress
+    from lifecycle.cli._select import select_names
     from lifecycle.cli.slurm import print_outcomes
-    from lifecycle.store import NodeNotFound, Store
     from lifecycle.workflows import kube_pool
 
     settings = kube_settings(kubeconfig, ready_timeout, as_json)
-    nodes = expand_names(nodes)
-    store = Store()
-    try:
-        for n in nodes:
-            store.get(n)
-    except NodeNotFound as exc:
-        fail(str(exc))
-    finally:
-        store.close()
-    with controller("kube") as ctl:
+    nodes = select_names(nodes, racks=rack, pools=pool, all_=all_, selector=selector)
+    check_no_wait(no_wait)
+    with controller("kube", no_wait=no_wait) as ctl:
         handles = [ctl.start(kube_pool.join_kube_node, n, settings, nodes=[n]) for n in dict.fromkeys(nodes)]
+        if no_wait:
+            leave_running(ctl, as_json)
         with progress(nodes, "kube join"):
             outcomes = [h.get_result() for h in handles]
     print_outcomes(outcomes, as_json)

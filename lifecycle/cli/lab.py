@@ -59,11 +59,18 @@ def up(
     racks: int = typer.Option(0, "--racks", help="Number of racks (default: one per 8 nodes)."),
     faults: Path | None = typer.Option(None, "--faults", help="YAML: node name -> fault profile."),
     boot_time: float = typer.Option(1.0, "--boot-time", help="Seconds a node takes to boot."),
+    ipmi_every: int = typer.Option(4, "--ipmi-every",
+                                   help="Every Nth node gets an IPMI BMC, the others Redfish (0: all Redfish)."),
+    inference: int | None = typer.Option(None, "--inference",
+                                         help="Nodes in the inference pool (Kubernetes), the last ones; the "
+                                              "others are in training (Slurm). Default: a quarter."),
     with_vm: bool = typer.Option(False, "--with-vm",
                                  help=f"Add {rack.VM_NAME}: a QEMU VM that network-boots via dnsmasq and iPXE."),
     lab_dir: Path = DirOpt,
     prefix: str = PrefixOpt,
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the lab to be ready."),
+    accounting: bool = typer.Option(True, "--accounting/--no-accounting",
+                                    help="Run slurmdbd with MariaDB and account every job (sacct, sreport)."),
     keep_store: bool = typer.Option(
         False, "--keep-store",
         help="Keep the previous lab's controller store (its nodes and history). By default a new lab "
@@ -78,7 +85,8 @@ def up(
         fail(f"a lab is already running in {lab_dir}; run 'racklife lab down' first", REFUSED)
     _refuse_another_labs(lab_dir, state, prefix)
     config = rack.RackConfig(lab_dir=lab_dir, nodes=nodes, racks=racks, boot_time_s=boot_time,
-                             prefix=prefix, ready_timeout_s=timeout, with_vm=with_vm)
+                             prefix=prefix, ready_timeout_s=timeout, with_vm=with_vm,
+                             slurm_accounting=accounting, ipmi_every=ipmi_every, inference=inference)
     try:
         if faults is not None:
             gpus = SKUS[config.sku].gpu_count
@@ -171,6 +179,8 @@ def status(lab_dir: Path = DirOpt, as_json: bool = JsonOpt) -> None:
                           + "".join(f"; {x['ip']} to {x['mac']}" for x in leases) + f" (log {dhcp.get('log')})")
     if state.get("slurm_rest_url"):
         out_console.print(f"slurmrestd: {state['slurm_rest_url']} (token: 'racklife lab env')")
+    if state.get("slurmdbd"):
+        out_console.print(f"slurmdbd: {state['slurmdbd']} (accounting: sacct, sreport)", markup=False)
     for note in state.get("notes") or []:
         out_console.print(f"note: {note}")
     emit_table(None, ["node", "pool", "address", "bmc", "power", "state", "fault"], [
@@ -252,8 +262,11 @@ def env(
         False, "--slurm-jwt",
         help="Also export SLURM_JWT (for curl and Slurm's own REST clients). With it set, every Slurm "
              "command authenticates by JWT instead of munge, and srun's step launch fails."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Print shell exports for clients of the running lab: eval "$(racklife lab env)".
+
+    Under -o json (yaml) the same variables as a document: {"lab_dir", "env": {NAME: value}}.
 
     The slurmrestd token is minted on each call (valid 12 h) and exported as
     RACKLIFE_SLURM_JWT (what `racklife slurm status --rest-url` reads).
@@ -293,6 +306,14 @@ def env(
     # The lab's slurm.conf hook (decommission): the node out of the lab's Slurm files, slurmctld restarted.
     conf_hook = [sys.executable, "-m", "lifecycle.lab.slurm_remove", "--lab-dir", str(state["lab_dir"])]
     lines.append(f"export RACKLIFE_SLURM_CONF_CMD={q(shlex.join(conf_hook))}")
+    # The lab's daemon hook (a Slurm upgrade): restart slurmdbd, the slurmctld or one slurmd in the lab.
+    daemon_hook = [sys.executable, "-m", "lifecycle.lab.slurm_daemons", "--lab-dir", str(state["lab_dir"])]
+    lines.append(f"export RACKLIFE_SLURM_DAEMON_CMD={q(shlex.join(daemon_hook))}")
+    # The lab's driver install hook (a driver upgrade): the node's next boot loads the version.
+    driver_hook = [sys.executable, "-m", "lifecycle.lab.driver_install", "--lab-dir", str(state["lab_dir"])]
+    lines.append(f"export RACKLIFE_DRIVER_INSTALL_CMD={q(shlex.join(driver_hook))}")
+    # Its registration hook (a Pulumi SlurmNodeRegistration): the node's line and partition back in, restarted.
+    lines.append(f"export RACKLIFE_SLURM_ADD_CMD={q(shlex.join([*conf_hook, '--add']))}")
     if state.get("kubeconfig"):
         lines.insert(1, f"export KUBECONFIG={q(state['kubeconfig'])}")
         # The lab's node-role hook (role swap, elastic capacity): stop or boot slurmd, register the Node.
@@ -301,6 +322,9 @@ def env(
         lines.append(f"export RACKLIFE_NODE_ROLE_CMD={q(shlex.join(hook))}")
     else:
         lines.append("# KUBECONFIG: this lab has no Kubernetes stand-in")
+    if as_json:  # the variables themselves, for a program that would otherwise parse shell
+        emit_json({"lab_dir": str(state["lab_dir"]), "env": parse_exports("\n".join(lines))})
+        return
     sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -339,7 +363,10 @@ def fault(
         if bmc.get("driver") != "redfish":
             fail(f"{node}'s BMC is {bmc.get('driver')}: BMC faults are for the lab's Redfish emulator")
         _bmc_fault(str(bmc["address"]), BMC_PROFILES[profile][1])
-        out_console.print(f"{node}: {profile} (its BMC)")
+        if as_json:
+            emit_json({"node": node, "fault": profile, "bmc": True})
+        else:
+            out_console.print(f"{node}: {profile} (its BMC)")
         return
     try:
         write_fault(dirs[node], Fault(profile, gpu))

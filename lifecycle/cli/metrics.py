@@ -3,7 +3,8 @@
 ``racklife serve`` mounts the same endpoint; this group serves it on its own,
 for a site that wants metrics before (or without) the controller service,
 and writes node exporter's textfile for a site that scrapes node exporters
-only.
+only. With a Slurm client setup (``SLURM_CONF``) each also reads Slurm's
+queue (``squeue``) at the scrape.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def serve_cmd(
 ) -> None:
     """Serve /metrics until interrupted (SIGINT or SIGTERM)."""
     from lifecycle.service import metrics
+    from lifecycle.service import queue as slurm_queue
     from lifecycle.store import Store
 
     store = Store()
     try:
-        server = metrics.serve(store, host, port)
+        server = metrics.serve(store, host, port, queue=slurm_queue.from_env())
     except OSError as exc:
         store.close()
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", BAD_INPUT)
@@ -62,11 +64,12 @@ def textfile_cmd(path: Path = typer.Argument(..., help="Output file; must end in
     if not path.parent.is_dir():
         fail(f"{path.parent}: no such directory", BAD_INPUT)
     from lifecycle.service import metrics
+    from lifecycle.service import queue as slurm_queue
     from lifecycle.store import Store
 
     store = Store()
     try:
-        metrics.write_textfile(store, path)
+        metrics.write_textfile(store, path, queue=slurm_queue.from_env())
     except OSError as exc:
         fail(f"{path}: {exc.strerror or exc}", BAD_INPUT)
     finally:
@@ -77,10 +80,11 @@ def textfile_cmd(path: Path = typer.Argument(..., help="Output file; must end in
 def show_cmd() -> None:
     """Print the metrics as a scrape would see them."""
     from lifecycle.service import metrics
+    from lifecycle.service import queue as slurm_queue
     from lifecycle.store import Store
 
     store = Store()
     try:
-        sys.stdout.write(metrics.render(store))
+        sys.stdout.write(metrics.render(store, queue=slurm_queue.from_env()))
     finally:
         store.close()

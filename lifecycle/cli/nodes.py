@@ -111,7 +111,8 @@ def show(name: str = typer.Argument(..., help="The node's name."), as_json: bool
 
 @node_app.command("history")
 def history(name: str = typer.Argument(..., help="The node's name."), as_json: bool = JsonOpt) -> None:
-    """Every transition of a node (time, event, from → to, actor, reason, run), and every change of its record."""
+    """Every transition of a node (time, event, from → to, actor, operator, reason, run), and every change of its
+    record."""
     store = Store()
     try:
         _get(store, name)
@@ -121,18 +122,19 @@ def history(name: str = typer.Argument(..., help="The node's name."), as_json: b
         store.close()
     rows: list[tuple[datetime, dict[str, object]]] = [
         (t.at, {"at": t.at.isoformat(), "event": t.event, "from": t.source.value if t.source else None,
-                "to": t.target.value, "actor": t.actor.value, "reason": t.reason, "run_id": t.run_id})
+                "to": t.target.value, "actor": t.actor.value, "operator": t.operator, "reason": t.reason,
+                "run_id": t.run_id})
         for t in hist]
     # A record change (rename, pool, BMC, other fields) is an event of its own, from the old value to the new.
     rows += [(c.at, {"at": c.at.isoformat(), "event": c.kind, "from": c.old, "to": c.new, "actor": c.actor.value,
-                     "reason": c.reason, "run_id": None}) for c in changes]
+                     "operator": c.operator, "reason": c.reason, "run_id": None}) for c in changes]
     rows.sort(key=lambda r: r[0])
     if as_json:
         emit_json([r for _, r in rows])
         return
-    emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "reason", "run"],
-               [(f"{at:%Y-%m-%d %H:%M:%S}", r["event"], r["from"] or "-", r["to"], r["actor"], r["reason"],
-                 r["run_id"] or "") for at, r in rows])
+    emit_table(f"history of {name}", ["at", "event", "from", "to", "actor", "operator", "reason", "run"],
+               [(f"{at:%Y-%m-%d %H:%M:%S}", r["event"], r["from"] or "-", r["to"], r["actor"], r["operator"] or "-",
+                 r["reason"], r["run_id"] or "") for at, r in rows])
 
 
 for _name, _fn in (("list", list_), ("show", show), ("history", history)):

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, FAILED, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait
 from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
@@ -25,9 +26,12 @@ def _split(listen: str) -> tuple[str, int]:
 
 
 def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_listen: str,
-                  boot_url: str | None, boot_timeout: float, images_dir: Path) -> list[dict[str, Any]]:
-    """Start the boot server, launch DBOS, provision ``names``; return each node's outcome."""
-    from lifecycle.cli._runs import controller, progress, say
+                  boot_url: str | None, boot_timeout: float, images_dir: Path, *, no_wait: bool = False,
+                  as_json: bool = False) -> list[dict[str, Any]]:
+    """Start the boot server, launch DBOS, provision ``names``; return each node's outcome.
+
+    ``no_wait``: hand the run to racklife serve, print its id and end the command."""
+    from lifecycle.cli._runs import controller, leave_running, progress, say
     from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server, provision_nodes
     from lifecycle.workflows.controller import live_services
 
@@ -36,9 +40,12 @@ def run_provision(names: list[str], image: str | None, max_in_flight: int, boot_
     try:
         # With a live racklife serve the run is handed to it, and so is the boot server.
         here = not live_services(store)
-        with boot_server(store, cfg, here=here) as boot, \
-                controller("provision") as ctl, progress(names, f"provisioning {len(names)} node(s)"):
-            _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight, say)
+        with boot_server(store, cfg, here=here) as boot, controller("provision", no_wait=no_wait) as ctl:
+            if no_wait:
+                provision_nodes(ctl, boot, names, max_in_flight, say, wait=False)
+                leave_running(ctl, as_json)
+            with progress(names, f"provisioning {len(names)} node(s)", runs=ctl.runs):
+                _run_id, outcomes = provision_nodes(ctl, boot, names, max_in_flight, say)
             return outcomes
     except BootSetupError as exc:
         fail(str(exc), BAD_INPUT)
@@ -59,16 +66,18 @@ def provision_cmd(
     boot_timeout: float = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT_S", min=1,
                                        help="Seconds to wait for a node to phone home, per boot."),
     images_dir: Path = typer.Option(None, "--images", help="Built images (default: $RACKLIFE_HOME/images)."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Inspect, network-boot and verify nodes: enrolled → available → provisioned."""
+    check_no_wait(no_wait)
     store = Store()
     try:
         names = select(store, nodes or [], racks=rack, pools=pool, all_=all_, selector=selector)
     finally:
         store.close()
     outcomes = run_provision(names, image, max_in_flight, boot_listen, boot_url, boot_timeout,
-                             images_dir or default_home() / "images")
+                             images_dir or default_home() / "images", no_wait=no_wait, as_json=as_json)
     if as_json:
         emit_json(outcomes)
     else:

@@ -53,7 +53,12 @@ def _name(param: click.Parameter) -> str:
         return f"`{(param.name or '').upper()}`"
     names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
     metavar = getattr(param, "metavar", None)
-    return f"{names} {metavar}" if metavar else names
+    if metavar:
+        return f"{names} {metavar}"
+    # An Enum or Literal option: its values, as `--help` shows them (typer keeps them on the type descriptor).
+    choices = getattr(getattr(param, "type_descriptor", None), "choices", None) or ()
+    values = [str(c.value if isinstance(c, Enum) else c) for c in choices]
+    return f"{names} {_cell('|'.join(values))}" if values else names
 
 
 def _envvar(param: click.Parameter) -> str:

@@ -36,7 +36,7 @@ def against_store(run: Callable[[Store, Inventory | None, Sequence[str] | None, 
     names = expand_names([nodes]) if nodes is not None and nodes.strip(",") else [] if nodes is not None else None
     store = Store()
     try:
-        return run(store, inv, names, observe.default_sources(firmware=firmware))
+        return run(store, inv, names, observe.default_sources(firmware=firmware, store=store))
     except (UnknownNodes, StoreError) as exc:
         fail(str(exc), BAD_INPUT)
     finally:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import typer
 
-from lifecycle.cli._common import BAD_INPUT, JsonOpt, emit_json, emit_table, fail, out_console
+from lifecycle.cli._common import BAD_INPUT, FAILED, UNAVAILABLE, JsonOpt, emit_json, emit_table, fail, out_console
 from lifecycle.service.fleet import Capacity
-from lifecycle.service.ledger import capacity_ledger
+from lifecycle.service.ledger import Ledger, capacity_ledger
+from lifecycle.service.reconcile import Reconciliation
 from lifecycle.store import Store
 
 app = typer.Typer(help="Reports on the fleet from the store.", no_args_is_help=True)
@@ -35,6 +36,10 @@ def parse_when(text: str, now: datetime, option: str) -> datetime:
 @app.command("capacity")
 def capacity_cmd(since: str = typer.Option(..., "--since", help="Start: 7d, 24h, 2w ago, or an ISO 8601 time."),
                  until: str | None = typer.Option(None, "--until", help="End (default: now); same forms."),
+                 slurm_accounting: bool = typer.Option(
+                     False, "--slurm-accounting",
+                     help="Reconcile each Slurm pool with Slurm's own accounting (sacct from slurmdbd): "
+                          "in service against allocated GPU-hours, the difference explained."),
                  as_json: bool = JsonOpt) -> None:
     """GPU-hours per pool in service, lent, draining, quarantined, failed, in maintenance, in bring-up."""
     now = datetime.now(UTC)
@@ -46,18 +51,52 @@ def capacity_cmd(since: str = typer.Option(..., "--since", help="Start: 7d, 24h,
             ledger = capacity_ledger(store, start, end)
         except ValueError as exc:
             fail(str(exc), BAD_INPUT)
+        checked = _reconcile(store, ledger) if slurm_accounting else None
     finally:
         store.close()
     if as_json:
-        emit_json(ledger.to_json())
+        doc = ledger.to_json()
+        if checked is not None:
+            doc["slurm_accounting"] = {r.pool: r.to_json() for r in checked}
+        emit_json(doc)
+        if checked is not None and not all(r.consistent for r in checked):
+            raise typer.Exit(FAILED)
         return
     cols = [c.value for c in Capacity]
     emit_table(f"GPU-hours from {ledger.since:%Y-%m-%d %H:%M}Z to {ledger.until:%Y-%m-%d %H:%M}Z",
                ["pool", *_HEADERS, "moving"],
                [(p, *(f"{caps[c]:.1f}" for c in cols), f"{ledger.moving(p):.1f}")
                 for p, caps in sorted(ledger.by_capacity.items()) if any(caps.values())])
-    out_console.print("moving: hours in lending and reclaiming (part of lent); no reconciliation with Slurm "
-                      "accounting (docs/limits.md)")
+    out_console.print("moving: hours in lending and reclaiming (part of lent)")
+    if checked is None:
+        return
+    emit_table("against Slurm's accounting (sacct)", ["pool", "partition", "in svc", "draining", "allocated", "idle",
+                                                       "unexplained"],
+               [(r.pool, r.partition, f"{r.in_service:.2f}", f"{r.draining:.2f}", f"{r.allocated:.2f}",
+                 f"{r.idle:.2f}", f"{r.unexplained:.2f}") for r in checked])
+    for r in checked:
+        for line in r.explanation:
+            out_console.print(f"{r.pool}: {line}", markup=False)
+    if not all(r.consistent for r in checked):
+        raise typer.Exit(FAILED)
+
+
+def _reconcile(store: Store, ledger: Ledger) -> list[Reconciliation]:
+    """Each Slurm pool against sacct; sacct failing (no slurmdbd, no Slurm setup) is exit 6."""
+    from lifecycle.drivers.errors import DriverError
+    from lifecycle.drivers.slurm.accounting import allocations
+    from lifecycle.drivers.slurm.runner import CommandRunner
+    from lifecycle.service.fleet import read_fleet
+    from lifecycle.service.reconcile import reconcile
+
+    partitions = read_fleet(store).partitions
+    if not partitions:
+        fail("--slurm-accounting: no pool in the store is served by Slurm", BAD_INPUT)
+    run = CommandRunner(timeout_s=60)
+    try:
+        return reconcile(ledger, partitions, lambda part, a, b: allocations(run, part, a, b))
+    except DriverError as exc:
+        fail(f"--slurm-accounting: Slurm's accounting cannot be read: {exc}", UNAVAILABLE)
 
 
 @app.command("fleet")

@@ -15,7 +15,6 @@ request. Exit codes: 0 every node swapped, 1 a swap failed
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import shlex
@@ -35,16 +34,26 @@ from lifecycle.cli._common import (
     JsonOpt,
     emit_json,
     emit_table,
-    err_console,
     fail,
     out_console,
 )
-from lifecycle.cli._select import expand_names
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait, operator_name
+from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.cli.kube import KubeconfigOpt
+from lifecycle.model.vocab import KeepJobsPolicy
 from lifecycle.store.db import default_home
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def leave_deadline(deadline: str | None) -> float | None:
+    """``--deadline`` of a command that takes a node out of its scheduler, in seconds (its ``--policy`` is a
+    :data:`KeepJobsPolicy`, checked by the option's choices)."""
+    try:
+        return parse_duration(deadline) if deadline is not None else None
+    except ValueError as exc:
+        fail(str(exc), BAD_INPUT)
 
 
 def parse_duration(text: str) -> float:
@@ -56,9 +65,10 @@ def parse_duration(text: str) -> float:
 
 
 def role_swap_cmd(
-    nodes: list[str] = typer.Argument(..., help="Node names or hostlists, each in service in the other pool."),
+    nodes: list[str] = typer.Argument(None, help="Node names or hostlists, each in service in the other pool."),
+    rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     to: str = typer.Option(..., "--to", help="The pool to move to (e.g. inference or training)."),
-    policy: str | None = typer.Option(None, "--policy", help="Slurm leave: wait | requeue (default: the pool's)."),
+    policy: KeepJobsPolicy | None = typer.Option(None, "--policy", help="Slurm leave (default: the pool's)."),
     deadline: str | None = typer.Option(None, "--deadline",
                                         help="How long the leave waits for jobs or PodDisruptionBudgets (30m)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the pre-checks; change nothing."),
@@ -80,6 +90,7 @@ def role_swap_cmd(
     burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
                                       help="Python on the nodes that has racklife's burnin package."),
     operator: str | None = typer.Option(None, "--operator", help="Who asks (default: the login name)."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Move NODES to pool --to: leave, re-test, join; roll back or quarantine on failure."""
@@ -89,27 +100,25 @@ def role_swap_cmd(
     from lifecycle.workflows.kube_pool import KubeSettings
     from lifecycle.workflows.roleswap_checks import SwapSettings, plan_lines, prechecks, touched
 
-    if policy is not None and policy not in ("wait", "requeue"):
-        fail(f"--policy must be wait or requeue, not {policy!r}", BAD_INPUT)
-    try:
-        deadline_s = parse_duration(deadline) if deadline is not None else None
-    except ValueError as exc:
-        fail(str(exc), BAD_INPUT)
+    deadline_s = leave_deadline(deadline)
     if image is not None and not reimage:
         fail("--image is only for --reimage", BAD_INPUT)
     if kubeconfig is None or not kubeconfig.is_file():
         fail("no kubeconfig: give --kubeconfig or set RACKLIFE_KUBECONFIG or KUBECONFIG (a role swap always "
              "reads the Kubernetes side)", BAD_INPUT)
-    names = expand_names(nodes)
-    who = operator or getpass.getuser()
+    if not dry_run:
+        check_no_wait(no_wait)
+    who = operator_name(operator)
     store = Store()
     try:
-        for n in names:
-            store.get(n)
+        names = select(store, nodes or [], racks=rack, pools=pool, all_=all_, selector=selector)
         target = store.pool(to)
     except (NodeNotFound, StoreError) as exc:
         store.close()
         fail(str(exc), BAD_INPUT)
+    except typer.Exit:  # the selection was bad input
+        store.close()
+        raise
     reimage_to = (image or target.image) if reimage else None
     if reimage and reimage_to is None:
         store.close()
@@ -134,7 +143,7 @@ def role_swap_cmd(
         return
     if reimage_to is None:
         store.close()
-        outcomes = _run(names, settings)
+        outcomes = _run(names, settings, no_wait, as_json)
     else:
         from dataclasses import replace
 
@@ -143,10 +152,10 @@ def role_swap_cmd(
         boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url, boot_timeout)
         try:
             with boot_server(store, boot) as served:
-                if reimage_to not in served.settings["images"]:
+                if reimage_to not in served.settings.images:
                     fail(f"--reimage: image {reimage_to!r} is not built (have: "
-                         f"{', '.join(sorted(served.settings['images']))})", BAD_INPUT)
-                outcomes = _run(names, replace(settings, provision=served.settings))
+                         f"{', '.join(sorted(served.settings.images))})", BAD_INPUT)
+                outcomes = _run(names, replace(settings, provision=served.settings), no_wait, as_json)
         except BootSetupError as exc:
             fail(str(exc), BAD_INPUT)
         finally:
@@ -154,22 +163,17 @@ def role_swap_cmd(
     _print(outcomes, as_json)
 
 
-def _run(names: list[str], settings: SwapSettings) -> list[dict[str, Any]]:
-    from lifecycle.cli._runs import controller
+def _run(names: list[str], settings: SwapSettings, no_wait: bool = False,
+         as_json: bool = False) -> list[dict[str, Any]]:
+    from lifecycle.cli._runs import controller, leave_running, progress
     from lifecycle.workflows import roleswap
 
-    with controller("role-swap") as ctl:
-        cut_off = {r.args[0]: r for r in ctl.cut_off("role_swap") if r.args}
-        handles = []
-        for n in names:
-            if n in cut_off:
-                # The same node's swap, cut off earlier: finish that run rather than start a second one.
-                err_console.print(f"{n}: finishing role swap run {cut_off[n].run_id}, cut off earlier, with the "
-                                  "settings it started with", markup=False)
-                handles.append(ctl.handle(cut_off[n].run_id))
-            else:
-                handles.append(ctl.start(roleswap.role_swap, n, node_settings(settings, n), nodes=[n]))
-        return [h.get_result() for h in handles]
+    with controller("role-swap", no_wait=no_wait) as ctl:
+        handles = [ctl.start_or_finish(roleswap.role_swap, n, node_settings(settings, n)) for n in names]
+        if no_wait:
+            leave_running(ctl, as_json)
+        with progress(names, f"role swap of {len(names)} node(s) to {settings.target}", runs=ctl.runs):
+            return [h.get_result() for h in handles]
 
 
 def node_settings(settings: SwapSettings, node: str) -> SwapSettings:

@@ -1,7 +1,9 @@
 """`racklife serve`: run the controller service until SIGTERM (lifecycle/service/serve.py says why).
 
 While it runs, every command that starts workflows hands them to it instead of
-running them embedded. It logs one line per thing it does to stderr (the
+running them embedded. With ``--auto-repair`` it reads each in-service node's
+kernel log over SSH on the refresh interval and repairs what the Xids call
+for, within each pool's circuit breaker (docs/repair.md). It logs one line per thing it does to stderr (the
 journal under systemd). Exit codes: 0 stopped by SIGTERM/SIGINT, 2 bad input,
 6 the store unavailable.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, err_console, fail
+from lifecycle.cli.kube import KubeconfigOpt
 from lifecycle.store.db import default_home
 
 
@@ -47,6 +50,20 @@ def serve_cmd(
     metrics_listen: str | None = typer.Option(
         None, "--metrics-listen", help="Serve Prometheus /metrics on HOST:PORT (default: none; racklife metrics "
                                        "serve does it apart)."),
+    auto_repair: bool = typer.Option(False, "--auto-repair/--no-auto-repair",
+                                     help="Read in-service nodes' kernel logs for Xids on the refresh interval "
+                                          "and repair them (within each pool's breaker)."),
+    health_interval: float | None = typer.Option(None, "--health-interval", min=0.5,
+                                                 help="With --auto-repair: seconds between reads of the nodes' "
+                                                      "kernel logs (default: the refresh interval)."),
+    ssh_config: Path = typer.Option(Path.home() / ".ssh" / "config", "--ssh-config", envvar="RACKLIFE_SSH_CONFIG",
+                                    help="With --auto-repair: the SSH config that reaches the nodes."),
+    profile: str | None = typer.Option(None, "--profile", envvar="RACKLIFE_BURNIN_PROFILE",
+                                       help="With --auto-repair: the re-test's burn-in profile (default: the "
+                                            "node's SKU)."),
+    burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
+                                      help="With --auto-repair: Python on the nodes that has the burnin package."),
+    kubeconfig: Path | None = KubeconfigOpt,
 ) -> None:
     """Run the controller: recover and run every workflow, take over dead peers' runs, refresh the fleet."""
     from lifecycle.service.serve import ServeSettings, Service
@@ -55,8 +72,22 @@ def serve_cmd(
     if db:
         os.environ["RACKLIFE_DB"] = db  # every workflow step opens the store by this
     boot = BootSettings(images_dir or default_home() / "images", boot_listen, boot_url) if boot_listen else None
+    watch = None
+    if auto_repair:
+        from lifecycle.service.health import HealthSettings
+        from lifecycle.workflows.kube_pool import KubeSettings
+
+        if health_interval is None and refresh_interval <= 0:
+            fail("--auto-repair reads the nodes on the refresh interval: give --refresh-interval above 0 or "
+                 "--health-interval", BAD_INPUT)
+        if not ssh_config.is_file():
+            fail(f"--auto-repair: SSH config {ssh_config} is not a file", BAD_INPUT)
+        kube = KubeSettings(str(kubeconfig.resolve())) if kubeconfig is not None and kubeconfig.is_file() else None
+        watch = HealthSettings(str(ssh_config.resolve()), str(default_home() / "acceptance"), profile=profile,
+                               burnin_python=burnin_python, kube=kube,
+                               interval_s=health_interval if health_interval is not None else refresh_interval)
     cfg = ServeSettings(db, refresh_interval, takeover_interval, workers, firmware, boot,
-                        _host_port(metrics_listen, "--metrics-listen") if metrics_listen else None)
+                        _host_port(metrics_listen, "--metrics-listen") if metrics_listen else None, watch)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

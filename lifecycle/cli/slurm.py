@@ -8,7 +8,9 @@ drains automation may lift and which it will leave alone.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,12 +25,17 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._runs import NoWaitOpt, check_no_wait
 from lifecycle.cli._select import AllOpt, PoolOpt, RackOpt, SelectorOpt, select
 from lifecycle.cli.inventory import load_or_exit
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.drivers.slurm.render import RenderError, RenderOptions, render
 from lifecycle.drivers.slurm.runner import CommandRunner, RestClient
+from lifecycle.model.vocab import LeavePolicy
+
+if TYPE_CHECKING:
+    from lifecycle.workflows.controller import Controller, RunHandle
 
 app = typer.Typer(help="Slurm configuration and state.", no_args_is_help=True)
 
@@ -41,15 +48,17 @@ def render_cmd(
     out: Path = typer.Option(..., "--out", help="Directory to write the files into."),
     topology: str = typer.Option("tree", "--topology", help="tree (switches) or block (NVLink, 23.11+)."),
     controller: str = typer.Option("slurmctld", "--controller", help="SlurmctldHost."),
+    backup_controller: str | None = typer.Option(
+        None, "--backup-controller", help="A second SlurmctldHost: the backup slurmctld (shared StateSaveLocation)."),
     cluster_name: str | None = typer.Option(None, "--cluster-name", help="Default: the site name."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Write slurm.conf, gres.conf, topology.conf and cgroup.conf for INVENTORY into OUT."""
+    """Write slurm.conf, gres.conf, topology.conf, cgroup.conf and slurmdbd.conf for INVENTORY into OUT."""
     if topology not in ("tree", "block"):
         fail("--topology must be 'tree' or 'block'")
     inv = load_or_exit(inventory, as_json)
     opts = RenderOptions(
-        controller=controller, cluster_name=cluster_name,
+        controller=controller, backup_controller=backup_controller, cluster_name=cluster_name,
         topology="tree" if topology == "tree" else "block",
     )
     try:
@@ -154,15 +163,17 @@ def _targets(nodes: list[str] | None, rack: list[str], pool: list[str], all_: bo
         store.close()
 
 
-def _run_pool_workflow(name: str, nodes: list[str], *args: object) -> list[dict[str, object]]:
-    from lifecycle.cli._runs import controller, progress
-    from lifecycle.workflows import slurm_pool
+def _run_pool_workflow(name: str, nodes: list[str], start: Callable[[Controller, str], RunHandle[dict[str, Any]]],
+                       no_wait: bool = False, as_json: bool = False) -> list[dict[str, Any]]:
+    """``start(ctl, node)`` for each node (its run of the join or leave workflow), awaited."""
+    from lifecycle.cli._runs import controller, leave_running, progress
 
     _known(nodes)
-    with controller("slurm") as ctl:
-        func = slurm_pool.join_node if name == "join" else slurm_pool.leave_node
-        handles = [ctl.start(func, n, *args, nodes=[n]) for n in dict.fromkeys(nodes)]
-        with progress(list(dict.fromkeys(nodes)), f"slurm {name}"):
+    with controller("slurm", no_wait=no_wait) as ctl:
+        handles = [start(ctl, n) for n in dict.fromkeys(nodes)]
+        if no_wait:
+            leave_running(ctl, as_json)
+        with progress(list(dict.fromkeys(nodes)), f"slurm {name}", runs=ctl.runs):
             return [h.get_result() for h in handles]
 
 
@@ -184,29 +195,35 @@ def print_outcomes(outcomes: list[dict[str, object]], as_json: bool) -> None:
 @app.command()
 def join(nodes: list[str] = typer.Argument(None, help="Node names or hostlists (node-[01-04])."),
          rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt,
-         selector: str | None = SelectorOpt, as_json: bool = JsonOpt) -> None:
+         selector: str | None = SelectorOpt, no_wait: bool = NoWaitOpt, as_json: bool = JsonOpt) -> None:
     """Put accepted nodes in their pool's partition and resume them (only drains racklife set)."""
-    print_outcomes(_run_pool_workflow("join", _targets(nodes, rack, pool, all_, selector)), as_json)
+    check_no_wait(no_wait)
+    from lifecycle.workflows import slurm_pool
+
+    print_outcomes(_run_pool_workflow("join", _targets(nodes, rack, pool, all_, selector),
+                                      lambda ctl, n: ctl.start(slurm_pool.join_node, n, nodes=[n]),
+                                      no_wait=no_wait, as_json=as_json), as_json)
 
 
 @app.command()
 def leave(
     nodes: list[str] = typer.Argument(None, help="Node names or hostlists (node-[01-04])."),
     rack: list[str] = RackOpt, pool: list[str] = PoolOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
-    policy: str | None = typer.Option(None, "--policy", help="wait|requeue|cancel (default: the pool's)."),
+    policy: LeavePolicy | None = typer.Option(None, "--policy", help="What happens to jobs still running at the "
+                                                                     "deadline (default: the pool's)."),
     deadline: float | None = typer.Option(None, "--deadline", min=0, help="Seconds to wait for running jobs."),
     reason: str = typer.Option("leaving the pool", "--reason", help="Human reason, after racklife's prefix."),
     as_json: bool = JsonOpt,
-    yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt, dry_run: bool = DryRunOpt, no_wait: bool = NoWaitOpt,
 ) -> None:
     """Drain nodes out of Slurm: wait for jobs, then requeue or cancel per policy; report every job.
 
     Asks first, naming the jobs on the nodes (--yes where there is no terminal;
     --dry-run prints the nodes and jobs it would touch and changes nothing).
     """
-    if policy is not None and policy not in ("wait", "requeue", "cancel"):
-        fail(f"--policy must be wait, requeue or cancel, not {policy!r}")
     nodes = _targets(nodes, rack, pool, all_, selector)
+    if not dry_run:
+        check_no_wait(no_wait)
     try:
         jobs = [j for j in SlurmDriver(CommandRunner(), None).jobs() if j.active and set(j.nodes) & set(nodes)]
     except DriverError as exc:
@@ -216,7 +233,11 @@ def leave(
     go_ahead(Change(f"drain out of Slurm (policy {policy or 'of the pool'})", list(dict.fromkeys(nodes)),
                     [f"job {j.job_id} ({j.user}, {j.name}) on {','.join(j.nodes)}: {then}" for j in jobs]
                     or ["no running jobs"]), yes=yes, dry_run=dry_run)
-    print_outcomes(_run_pool_workflow("leave", nodes, policy, deadline, reason), as_json)
+    from lifecycle.workflows import slurm_pool
+
+    print_outcomes(_run_pool_workflow("leave", nodes, lambda ctl, n: ctl.start(slurm_pool.leave_node, n, policy,
+                                                                            deadline, reason, nodes=[n]),
+                                      no_wait=no_wait, as_json=as_json), as_json)
 
 
 @app.command("suspend-program")

@@ -76,8 +76,7 @@ def tour(nodes: int, lab_dir: Path, prefix: str) -> None:
             serving = sorted(n for n, s in states.items() if s == "in_service")
             # A node in service: refused without --force (the store and Slurm are not told); the tour shows
             # Slurm taking it back after the cycle.
-            _run(env, [exe, "bmc", "power", "cycle", "--inventory", inventory, "--node", serving[0], "--yes",
-                       "--force"])
+            _run(env, [exe, "bmc", "power", "cycle", serving[0], "--yes", "--force"])
             _wait_idle(env, serving[0], 120)
             _run(env, ["srun", "--immediate=30", "-p", "training", "-N2", "-w", ",".join(serving[:2]),
                        "hostname"], capture=True, timeout=120)

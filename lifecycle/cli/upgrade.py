@@ -1,10 +1,15 @@
-"""`racklife upgrade --pool P|--nodes … (--image NAME[:VERSION] | --firmware FILE --component C | --bios K=V…) …`
+"""`racklife upgrade --pool P|--nodes … (--image NAME[:VERSION] | --firmware FILE --component C | --bios K=V… |
+--slurm VERSION | --driver VERSION) …`
 and `upgrade status|pause|resume|abort RUN`.
 
 A rolling upgrade is one durable run (``lifecycle.workflows.upgrade``): the
 nodes go batch by batch, canary first, each through the one per-node path
 (leave under the policy, the change — reimage, firmware update or BIOS
-settings through the node's BMC —, re-test at its pool's level, rejoin). This
+settings through the node's BMC, its slurmd onto a Slurm release after the
+run has moved slurmdbd and slurmctld first, or an NVIDIA driver through the
+site's install hook and a reboot through the BMC —, re-test at its pool's
+level (a driver upgrade's re-test must read the new driver from the node),
+rejoin). This
 module picks the nodes (in service, not already changed, with a BMC that can
 take the change: an IPMI node is left out of a firmware or BIOS upgrade, with
 the reason), plans the
@@ -19,7 +24,7 @@ input, 5 refused (no room in a pool's limits).
 
 from __future__ import annotations
 
-import getpass
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +41,11 @@ from lifecycle.cli._common import (
     fail,
     out_console,
 )
+from lifecycle.cli._runs import NoWaitOpt, operator_name
+from lifecycle.cli._select import AllOpt, RackOpt, SelectorOpt
 from lifecycle.cli.kube import KubeconfigOpt
 from lifecycle.cli.roleswap import parse_duration
+from lifecycle.model.vocab import KeepJobsPolicy
 
 if TYPE_CHECKING:
     from lifecycle.workflows.changes import ChangeSpec
@@ -56,8 +64,10 @@ TimeoutOpt = typer.Option(600.0, "--boot-timeout", envvar="RACKLIFE_BOOT_TIMEOUT
 @app.callback(invoke_without_command=True)
 def upgrade_cmd(
     ctx: typer.Context,
-    pool: str | None = typer.Option(None, "--pool", help="Upgrade every node of this pool."),
-    nodes: str | None = typer.Option(None, "--nodes", help="Comma-separated node names (instead of --pool)."),
+    pool: list[str] = typer.Option([], "--pool", help="Upgrade every node of this pool (repeatable)."),
+    nodes: str | None = typer.Option(None, "--nodes", help="Node names or hostlists, comma-separated "
+                                                           "(node-[01-04],node-07)."),
+    rack: list[str] = RackOpt, all_: bool = AllOpt, selector: str | None = SelectorOpt,
     image: str | None = typer.Option(None, "--image", help="The image to reimage with: NAME or NAME:VERSION."),
     firmware: Path | None = typer.Option(None, "--firmware", help="A firmware image to update --component with "
                                                                  "(Redfish UpdateService)."),
@@ -67,11 +77,16 @@ def upgrade_cmd(
                                          "left out; one that reads another after the update fails)."),
     bios: list[str] | None = typer.Option(None, "--bios", help="A BIOS attribute KEY=VALUE to set (repeat it); "
                                                                  "applied by a reboot and read back."),
+    slurm: str | None = typer.Option(None, "--slurm", help="A Slurm release (22.05.8): slurmdbd, then slurmctld, "
+                                                           "then each node's slurmd, via $RACKLIFE_SLURM_DAEMON_CMD."),
+    driver: str | None = typer.Option(None, "--driver", help="An NVIDIA driver version (550.127.08): installed by "
+                                                             "$RACKLIFE_DRIVER_INSTALL_CMD, a reboot through the BMC, "
+                                                             "then the re-test must read it."),
     max_unavailable: str = typer.Option("25%", "--max-unavailable",
                                         help="Per pool, nodes out of service at once: N or P%."),
     canary: int = typer.Option(1, "--canary", min=0, max=1000,
                                help="Nodes in the first batch; the run holds after it (0: no canary)."),
-    policy: str | None = typer.Option(None, "--policy", help="Slurm leave: wait | requeue (default: the pool's)."),
+    policy: KeepJobsPolicy | None = typer.Option(None, "--policy", help="Slurm leave (default: the pool's)."),
     deadline: str | None = typer.Option(None, "--deadline",
                                         help="How long a leave waits for jobs or PodDisruptionBudgets (30m)."),
     window: str | None = typer.Option(None, "--window", help="Start batches only between HH:MM-HH:MM (UTC)."),
@@ -91,6 +106,7 @@ def upgrade_cmd(
     burnin_python: str = typer.Option("python3", "--burnin-python", envvar="RACKLIFE_BURNIN_PYTHON",
                                       help="Python on the nodes that has racklife's burnin package."),
     operator: str | None = typer.Option(None, "--operator", help="Who asks (default: the login name)."),
+    no_wait: bool = NoWaitOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Upgrade a pool (or nodes) in batches: leave, reimage, re-test, rejoin; canary first, then hold."""
@@ -98,30 +114,68 @@ def upgrade_cmd(
         return
     from lifecycle.cli import upgrade_start
 
-    if (pool is None) == (nodes is None):
-        fail("give exactly one of --pool or --nodes", BAD_INPUT)
-    change = _bmc_change(image, firmware, component, firmware_version, bios or [])
+    one_pool, names = _targets(pool, nodes, rack, all_, selector)
+    change = _bmc_change(image, firmware, component, firmware_version, bios or [], slurm, driver)
     try:
         req = upgrade_start.Request.parse(
-            pool=pool, nodes=nodes, image=image, max_unavailable=max_unavailable, canary=canary, policy=policy,
+            pool=one_pool, nodes=names, image=image, max_unavailable=max_unavailable, canary=canary, policy=policy,
             deadline_s=parse_duration(deadline) if deadline is not None else None, window=window,
-            auto_continue=auto_continue, halt_after=halt_after, operator=operator or getpass.getuser(),
+            auto_continue=auto_continue, halt_after=halt_after, operator=operator_name(operator),
             change=change)
     except ValueError as exc:
         fail(str(exc), BAD_INPUT)
     boot = upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout)
     accept = upgrade_start.accept_template(req.operator, ssh_config, profile, burnin_python)
-    upgrade_start.start(req, boot, accept, kubeconfig, dry_run, as_json)
+    upgrade_start.start(req, boot, accept, kubeconfig, dry_run, as_json, no_wait)
+
+
+def _targets(pools: list[str], nodes: str | None, racks: list[str], all_: bool,
+             selector: str | None) -> tuple[str | None, str | None]:
+    """(pool, None) for one whole pool (its floor and limits as the run's scope), else (None, "n1,n2,…").
+
+    The nodes are named the way every command names them (lifecycle/cli/_select.py): --nodes takes
+    names and hostlists, and --pool, --rack, --selector and --all select from the store.
+    """
+    from lifecycle.cli._select import select_names
+
+    if not (nodes or pools or racks or all_ or selector):
+        fail("name the nodes: --pool P, --nodes NODE,… (names or hostlists), --rack, --selector or --all", BAD_INPUT)
+    names = select_names([nodes] if nodes else [], racks=racks, pools=pools, all_=all_, selector=selector)
+    if len(pools) == 1 and not (nodes or racks or all_ or selector):
+        return pools[0], None
+    return None, ",".join(names)
 
 
 def _bmc_change(image: str | None, firmware: Path | None, component: str | None, version: str | None,
-                bios: list[str]) -> ChangeSpec | None:
-    """The firmware or BIOS change asked for (None: an image); exactly one kind, or exit 2."""
+                bios: list[str], slurm: str | None = None, driver: str | None = None) -> ChangeSpec | None:
+    """The firmware, BIOS, Slurm or driver change asked for (None: an image); exactly one kind, or exit 2."""
     from lifecycle.workflows.changes import ChangeKind, ChangeSpec  # the engine only when a change is made
 
-    if sum(x is not None and x != [] for x in (image, firmware, bios or None)) != 1:
-        fail("give exactly one change: --image NAME[:VERSION], --firmware FILE --component C, or --bios KEY=VALUE",
-             BAD_INPUT)
+    if sum(x is not None and x != [] for x in (image, firmware, bios or None, slurm, driver)) != 1:
+        fail("give exactly one change: --image NAME[:VERSION], --firmware FILE --component C, --bios KEY=VALUE, "
+             "--slurm VERSION or --driver VERSION", BAD_INPUT)
+    if driver is not None:
+        from lifecycle.drivers.nvidia_driver import check_version, no_hook_reason
+
+        try:
+            wanted = check_version(driver)
+        except ValueError as exc:
+            fail(str(exc), BAD_INPUT)
+        if (why := no_hook_reason()) is not None:
+            fail(f"--driver needs the site's install hook: {why}; `racklife lab env` sets the lab's; nothing "
+                 "changed", BAD_INPUT)
+        return ChangeSpec(ChangeKind.DRIVER, wanted)
+    if slurm is not None:
+        from lifecycle.drivers.slurm.daemons import DAEMON_CMD_ENV, check_version
+
+        try:
+            check_version(slurm)
+        except ValueError as exc:
+            fail(str(exc), BAD_INPUT)
+        if not os.environ.get(DAEMON_CMD_ENV, "").strip():
+            fail(f"--slurm needs the site's daemon command in ${DAEMON_CMD_ENV} (docs/upgrade.md; "
+                 "`racklife lab env` sets the lab's)", BAD_INPUT)
+        return ChangeSpec(ChangeKind.SLURM, slurm.strip())
     if (component is not None or version is not None) and firmware is None:
         fail("--component and --firmware-version go with --firmware", BAD_INPUT)
     if firmware is not None:
@@ -147,18 +201,27 @@ RunArg = typer.Argument(..., help="The upgrade run's id (printed when it started
 
 @app.command("status")
 def status_cmd(run: str = RunArg, as_json: bool = JsonOpt) -> None:
-    """Show an upgrade run: its phase, batches, every node's result and the jobs and pods it touched."""
-    status, report = _read(run)
+    """Show an upgrade run: its phase, batches, every node's result and the jobs and pods it touched, and a
+    pause or abort sent but not yet read (it is read when the nodes in flight have finished)."""
+    status, report, pending = _read(run)
+    asked = _requested(pending)
     if as_json:
-        emit_json({"run": run, "status": status, "report": report})
+        emit_json({"run": run, "status": status, "report": report, "requested": asked,
+                   "pending_commands": pending})
         return
     print_report(report, status)
+    if asked is not None:
+        out_console.print(f"  requested: {asked['command']} (sent, not yet read by the run: it is read when the "
+                          f"nodes in flight have finished their cycle; then {asked['then']})", markup=False,
+                          soft_wrap=True)
 
 
 @app.command("pause")
-def pause_cmd(run: str = RunArg) -> None:
+def pause_cmd(run: str = RunArg, as_json: bool = JsonOpt) -> None:
     """Pause an upgrade run before its next batch (nodes in flight finish their cycle)."""
     _send(run, "pause")
+    if as_json:
+        emit_json({"run": run, "sent": "pause"})
     err_console.print(f"{run}: pause sent; it takes effect before the next batch", markup=False)
 
 
@@ -182,9 +245,10 @@ def abort_cmd(run: str = RunArg, images_dir: Path | None = ImagesOpt, boot_liste
     upgrade_start.adopt(run, upgrade_start.boot_settings(images_dir, boot_listen, boot_url, boot_timeout), as_json)
 
 
-def _read(run: str) -> tuple[str, dict[str, Any] | None]:
+def _read(run: str) -> tuple[str, dict[str, Any] | None, list[str]]:
+    """The run's status, its last published report and the control messages it has not read yet."""
     from lifecycle.workflows import engine
-    from lifecycle.workflows.upgrade import STATUS
+    from lifecycle.workflows.upgrade import STATUS, TOPIC
 
     insp = engine.Inspector()
     try:
@@ -193,9 +257,18 @@ def _read(run: str) -> tuple[str, dict[str, Any] | None]:
             fail(f"no upgrade run {run!r}", BAD_INPUT)
         report = info.output if info.status == "SUCCESS" and isinstance(info.output, dict) else insp.event(run,
                                                                                                           STATUS)
-        return info.status, report
+        pending = [str(m) for m in insp.pending_messages(run, TOPIC)] if info.status == "PENDING" else []
+        return info.status, report, pending
     finally:
         insp.close()
+
+
+def _requested(pending: list[str]) -> dict[str, str] | None:
+    """What the unread control messages will do (``upgrade.requested``), for people and JSON."""
+    from lifecycle.workflows.upgrade import WHEN_READ, requested
+
+    command = requested(pending)
+    return None if command is None else {"command": command.value, "then": WHEN_READ[command]}
 
 
 def _send(run: str, command: str) -> None:
@@ -239,7 +312,7 @@ def follow(handle: Any, say: Any) -> dict[str, Any]:
     handed to ``racklife serve``.
     """
     from lifecycle.workflows import engine
-    from lifecycle.workflows.upgrade import STATUS
+    from lifecycle.workflows.upgrade import STATUS, TOPIC
 
     run = handle.get_workflow_id()
     last = ""
@@ -248,6 +321,9 @@ def follow(handle: Any, say: Any) -> dict[str, Any]:
         while handle.get_status().status in ("PENDING", "ENQUEUED"):
             report = insp.event(run, STATUS)
             line = f"{report['phase']}: {report['message']}" if isinstance(report, dict) else ""
+            asked = _requested([str(m) for m in insp.pending_messages(run, TOPIC)])
+            if line and asked is not None:
+                line += f" ({asked['command']} requested: read when the nodes in flight have finished)"
             if line and line != last:
                 say(f"{run}: {line}")
                 last = line

@@ -17,9 +17,11 @@ from typing import Any
 import typer
 
 from lifecycle.cli._common import BAD_INPUT, REFUSED, emit_json, err_console, fail, out_console
+from lifecycle.cli._runs import check_no_wait, controller, leave_running, progress
 from lifecycle.cli.upgrade import finish, follow
 from lifecycle.model.limits import Unavailable
 from lifecycle.model.states import State
+from lifecycle.model.vocab import KeepJobsPolicy, Level
 from lifecycle.store import NodeNotFound, Store, StoreError
 from lifecycle.store.db import default_home
 from lifecycle.workflows.accept import AcceptSettings
@@ -36,7 +38,7 @@ class Request:
     change: ChangeSpec
     limit: Unavailable
     canary: int
-    policy: str | None
+    policy: KeepJobsPolicy | None
     deadline_s: float | None
     window: Window | None
     auto_continue: bool
@@ -45,12 +47,10 @@ class Request:
 
     @staticmethod
     def parse(*, pool: str | None, nodes: str | None, image: str | None, max_unavailable: str, canary: int,
-              policy: str | None, deadline_s: float | None, window: str | None, auto_continue: bool,
+              policy: KeepJobsPolicy | None, deadline_s: float | None, window: str | None, auto_continue: bool,
               halt_after: str, operator: str, change: ChangeSpec | None = None) -> Request:
         """The request, or a ValueError naming the option at fault (``change``: a firmware or BIOS
         change instead of ``image``)."""
-        if policy is not None and policy not in ("wait", "requeue"):
-            raise ValueError(f"--policy must be wait or requeue, not {policy!r}")
         if change is None:
             image = image or ""
             name, _, version = image.partition(":")
@@ -132,7 +132,9 @@ def _kube(kubeconfig: Path | None, pools: dict[str, PoolNow], store: Store) -> A
 
 
 def start(req: Request, boot: BootSettings, accept: AcceptSettings, kubeconfig: Path | None, dry_run: bool,
-          as_json: bool) -> None:
+          as_json: bool, no_wait: bool = False) -> None:
+    if not dry_run:
+        check_no_wait(no_wait)
     store = Store()
     try:
         try:
@@ -143,6 +145,11 @@ def start(req: Request, boot: BootSettings, accept: AcceptSettings, kubeconfig: 
             batches = plan_batches(sel.members, sel.pools, req.limit, req.canary)
         except NoRoom as exc:
             fail(f"refused, nothing changed: {exc}", REFUSED)
+        if req.change.kind is ChangeKind.SLURM:
+            from lifecycle.workflows.slurm_upgrade import failover_warning
+
+            if (warning := failover_warning()) is not None:
+                _say(f"warning: {warning}")
         if dry_run:
             _dry_run(req, sel, [[m.node for m in b] for b in batches], as_json)
             return
@@ -151,24 +158,25 @@ def start(req: Request, boot: BootSettings, accept: AcceptSettings, kubeconfig: 
             err_console.print("nothing to upgrade", markup=False)
             return
         kube = _kube(kubeconfig, sel.pools, store)
-        levels: dict[str, str] = {p: store.pool(p).retest_level for p in sel.pools}
-        if req.change.kind is not ChangeKind.IMAGE:  # firmware, BIOS: through each node's BMC, no boot server
-            node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(), kube=kube, policy=req.policy,
+        levels: dict[str, Level] = {p: store.pool(p).retest_level for p in sel.pools}
+        if req.change.kind is not ChangeKind.IMAGE:  # firmware, BIOS, Slurm, driver: no boot server
+            node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(ssh_config=accept.ssh_config),
+                                  kube=kube, policy=req.policy,
                                   deadline_s=req.deadline_s, why=f"racklife upgrade: {req.change.describe()}")
-            report = _run(UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels, req.canary,
-                                          req.auto_continue, req.threshold, req.window))
+            report = _run(no_wait, as_json, UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels,
+                                                            req.canary, req.auto_continue, req.threshold, req.window))
         else:
             try:
                 with boot_server(store, boot) as served:
-                    if req.change.target not in served.settings["images"]:
+                    if req.change.target not in served.settings.images:
                         fail(f"--image {req.change.target!r} is not built (have: "
-                             f"{', '.join(sorted(served.settings['images']))})", BAD_INPUT)
+                             f"{', '.join(sorted(served.settings.images))})", BAD_INPUT)
                     node = ChangeSettings((req.change,), req.operator, accept, ChangeContext(served.settings),
                                           kube=kube, policy=req.policy, deadline_s=req.deadline_s,
                                           why=f"racklife upgrade: {req.change.describe()}")
                     settings = UpgradeSettings(req.change, tuple(sel.members), req.limit, node, levels, req.canary,
                                                req.auto_continue, req.threshold, req.window)
-                    report = _run(settings)
+                    report = _run(no_wait, as_json, settings)
             except (BootSetupError, OSError) as exc:  # no built image; the boot server's address taken
                 fail(f"the boot server cannot start: {exc}", BAD_INPUT)
     finally:
@@ -180,16 +188,19 @@ def _say(message: str) -> None:
     err_console.print(message, markup=False, soft_wrap=True)
 
 
-def _run(settings: UpgradeSettings) -> dict[str, Any]:
+def _run(no_wait: bool, as_json: bool, settings: UpgradeSettings) -> dict[str, Any]:
     from lifecycle.workflows import upgrade
-    from lifecycle.workflows.controller import Controller
 
     run_id = f"upgrade-{os.urandom(6).hex()}"
-    with Controller("upgrade", say=_say) as ctl:
-        handle = ctl.start(upgrade.upgrade, settings, workflow_id=run_id, nodes=[m.node for m in settings.members])
+    nodes = [m.node for m in settings.members]
+    with controller("upgrade", no_wait=no_wait) as ctl:
+        handle = ctl.start(upgrade.upgrade, settings, workflow_id=run_id, nodes=nodes)
         _say(f"upgrade run {run_id}: {len(settings.members)} node(s), {settings.change.describe()}; "
              f"`racklife upgrade status {run_id}` shows it")
-        return follow(handle, _say)
+        if no_wait:
+            leave_running(ctl, as_json)
+        with progress(nodes, f"upgrade run {run_id}", runs=ctl.runs):
+            return follow(handle, _say)
 
 
 def adopt(run: str, boot: BootSettings, as_json: bool) -> None:

@@ -83,23 +83,40 @@ def show(run_id: str = typer.Argument(..., help="The run id (from `workflows lis
 
 
 def _follow(insp: Any, run: Any, steps: list[Any], every: float, *, quiet: bool) -> tuple[Any, list[Any]]:
-    """Print each new step (stderr) until the run leaves PENDING/ENQUEUED; Ctrl-C stops watching, not the run."""
+    """Print each new step (stderr) until the run leaves PENDING/ENQUEUED; Ctrl-C stops watching, not the run.
+
+    Beside the steps, the progress display shows each node the run (or a child run) holds or
+    waits on: its phase and what it waits on, from the store, wherever the run executes.
+    """
     import time
 
-    from lifecycle.cli._runs import say
+    from lifecycle.cli._runs import progress, say
+
+    seen: dict[str, None] = {}
+
+    def nodes() -> list[str]:
+        from lifecycle.store import Store, waits
+
+        store = Store()
+        try:
+            seen.update(dict.fromkeys(waits.nodes_of(store, run.id)))
+        finally:
+            store.close()
+        return list(seen)
 
     shown = 0
     try:
-        while True:
-            if not quiet:
-                for s in steps[shown:]:
-                    say(f"{run.id}: step {s.step} {s.name}" + (f" failed: {s.error}" if s.error else " done"))
-            shown = len(steps)
-            if run.status not in _RUNNING:
-                return run, steps
-            time.sleep(every)
-            run = insp.get_run(run.id) or run
-            steps = insp.run_steps(run.id)
+        with progress(nodes, f"run {run.id}", runs=lambda: [run.id], tick_s=min(every, 1.0)):
+            while True:
+                if not quiet:
+                    for s in steps[shown:]:
+                        say(f"{run.id}: step {s.step} {s.name}" + (f" failed: {s.error}" if s.error else " done"))
+                shown = len(steps)
+                if run.status not in _RUNNING:
+                    return run, steps
+                time.sleep(every)
+                run = insp.get_run(run.id) or run
+                steps = insp.run_steps(run.id)
     except KeyboardInterrupt:
         interrupted(f"stopped watching; run {run.id} is {run.status} and goes on where it runs")
 

@@ -8,9 +8,12 @@ manifest that differs only in its build time.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle import __version__
-from lifecycle.imaging import cpio
+from lifecycle.imaging import cpio, elf
 from lifecycle.imaging.common import BuildError, run, sha256
 from lifecycle.imaging.definition import ImageDefinition
 
@@ -62,8 +65,57 @@ def _fetch(pkg: Package, cache: Path) -> Path:
     raise BuildError(f"apt-get download gave no .deb for {pkg.name} {pkg.version}")
 
 
-def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log = lambda _: None) -> dict[str, Any]:
-    """Build ``defn`` into ``out/NAME-VERSION/``; return the manifest (also written as manifest.json)."""
+_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+              "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
+
+
+def public_keys(lines: list[str]) -> list[str]:
+    """The SSH public keys of an authorized_keys text (comments and blank lines dropped), or BuildError:
+    anything that is not a public key (a private key above all) never goes into an image."""
+    keys = []
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "PRIVATE KEY" in line:
+            raise BuildError(f"authorized keys, line {n}: a private key; give the public key (.pub)")
+        parts = line.split()
+        if len(parts) < 2 or parts[0] not in _KEY_TYPES:
+            raise BuildError(f"authorized keys, line {n}: not an SSH public key (expected one of "
+                             f"{', '.join(_KEY_TYPES[:3])}… then the key; no options)")
+        try:
+            blob = base64.b64decode(parts[1], validate=True)
+        except ValueError:
+            raise BuildError(f"authorized keys, line {n}: the key is not base64") from None
+        if not blob.startswith(len(parts[0]).to_bytes(4, "big") + parts[0].encode()):
+            raise BuildError(f"authorized keys, line {n}: the key's blob is not a {parts[0]} key")
+        keys.append(line)
+    if not keys:
+        raise BuildError("authorized keys: no public key given")
+    return keys
+
+
+def fingerprint(key: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a public key line."""
+    digest = hashlib.sha256(base64.b64decode(key.split()[1])).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _parents(paths: list[str], have: set[str], private: str | None) -> list[cpio.Entry]:
+    """The directories ``paths`` need that are not there yet, parents first; ``private`` gets mode 0700."""
+    dirs = sorted({str(p) for path in paths for p in Path(path).parents if str(p) != "."} - have)
+    return [cpio.Entry(d, stat.S_IFDIR | 0o700) if d == private else cpio.directory(d) for d in dirs]
+
+
+def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log = lambda _: None,
+          authorized_keys: list[str] | None = None) -> dict[str, Any]:
+    """Build ``defn`` into ``out/NAME-VERSION/``; return the manifest (also written as manifest.json).
+
+    ``authorized_keys``: the lines of the site's authorized_keys, for a definition with ``authorized_keys``
+    (required there, refused elsewhere)."""
+    if authorized_keys is not None and defn.authorized_keys is None:
+        raise BuildError(f"image {defn.name} takes no authorized keys (its definition has no authorized_keys)")
+    keys = public_keys(authorized_keys or []) if defn.authorized_keys else []
     if defn.kind == "rootfs":
         from lifecycle.imaging.rootfs import build_rootfs
 
@@ -85,7 +137,8 @@ def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log 
         if not vmlinuz:
             raise BuildError(f"{kernel_pkg.name} has no /boot/vmlinuz-*")
         kver = vmlinuz[0].name.removeprefix("vmlinuz-")
-        entries = [cpio.directory(d) for d in ("bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", "tmp")]
+        base_dirs = ("bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", "tmp")
+        entries = [cpio.directory(d) for d in base_dirs]
         for mod in defn.kernel.modules:
             found = sorted((kroot / "lib" / "modules" / kver).rglob(f"{mod}.ko"))
             if not found:
@@ -97,8 +150,19 @@ def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log 
         entries.append(cpio.file("bin/busybox", busybox.read_bytes(), executable=True))
         entries.append(cpio.symlink("bin/sh", "busybox"))
         entries.append(cpio.file("init", (defdir / defn.init).read_bytes(), executable=True))
-        for dest, src in sorted(defn.files.items()):
-            entries.append(cpio.file(dest.lstrip("/"), (defdir / src).read_bytes(), executable=True))
+        extra: list[cpio.Entry] = []
+        if defn.binaries:
+            programs = elf.closure(list(roots.values()), defn.binaries)
+            extra += [cpio.file(dest, src.read_bytes(), executable=True) for dest, src in sorted(programs.items())]
+            log(f"binaries: {len(defn.binaries)} programs, {len(programs) - len(defn.binaries)} libraries")
+        extra += [cpio.file(dest.lstrip("/"), (defdir / src).read_bytes(), executable=True)
+                  for dest, src in sorted(defn.files.items())]
+        private = None
+        if defn.authorized_keys:
+            path = defn.authorized_keys.lstrip("/")
+            private = str(Path(path).parent)
+            extra.append(cpio.Entry(path, stat.S_IFREG | 0o600, "".join(k + "\n" for k in keys).encode()))
+        entries += _parents([e.path for e in extra], set(base_dirs), private) + extra
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
@@ -117,6 +181,8 @@ def build(defn: ImageDefinition, defdir: Path, out: Path, cache: Path, log: Log 
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "builder": {"name": "racklife", "version": __version__},
     }
+    if defn.authorized_keys:
+        manifest["authorized_keys"] = {"path": defn.authorized_keys, "fingerprints": [fingerprint(k) for k in keys]}
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     log(f"built {target}")
     return manifest

@@ -79,6 +79,12 @@ class ImageDefinition(_M):
     """Path of the init script, relative to the images/ directory (initramfs images)."""
     files: dict[str, str] = {}
     """Extra files: path in the image -> path relative to the images/ directory."""
+    binaries: list[str] = []
+    """Programs taken from the packages (paths as the package installs them), each with its ELF interpreter
+    and every shared library it needs, found among the same packages (initramfs images)."""
+    authorized_keys: str | None = Field(default=None, pattern=r"^/[A-Za-z0-9._/-]+$")
+    """Where the build puts the site's SSH public keys (``image build --authorized-keys``), which the build
+    then requires (initramfs images). Public keys only: a private key is refused."""
     roles: list[Role] = []
     """Ansible roles from roles/, applied in order (rootfs images)."""
     left_out: list[LeftOut] = []
@@ -95,7 +101,10 @@ class ImageDefinition(_M):
                 raise ValueError("an initramfs image needs `init`")
             if self.roles:
                 raise ValueError("an initramfs image has no roles (it has no package manager)")
-        else:
+        elif self.binaries or self.authorized_keys:
+            raise ValueError("binaries and authorized_keys are for initramfs images (a rootfs installs packages "
+                             "whole; its keys come from the base_admin role)")
+        if self.kind == "rootfs":
             if self.base.mirror is None or not self.base.sources:
                 raise ValueError("a rootfs image needs base.mirror and base.sources")
             if self.init is not None:

@@ -42,6 +42,12 @@ PROFILES: dict[str, str] = {
     "dcgm-power": "DCGM targeted power fails on one GPU (power below the minimum ratio)",
     "pxe-off": "network boot is disabled in the node's firmware: a one-time PXE boot falls through to the "
     "local disk, so the node never fetches its iPXE script and never phones home",
+    "gpu-held": "a process that never exits holds one GPU (a stuck client): `nvidia-smi -r` is refused with "
+    "'in use by another process'; the other tools are unaffected",
+    "driver-unapplied": "the lab's driver install hook says it installed the version and exits 0, but installs "
+    "nothing: the node boots its old driver again (the tools are unaffected)",
+    "no-sanitize-log": "the node's drives keep no NVMe Sanitize Status log (no Sanitize feature, as QEMU's "
+    "emulated controller): `nvme sanitize-log` is refused, so only sampled reads can verify an erase",
     "pxe-flaky": "the node's first network boot with a boot pending fails (no DHCP answer in time) and "
     "falls through to the local disk; later network boots work",
 }
@@ -54,6 +60,10 @@ BMC_PROFILES: dict[str, tuple[str, dict[str, bool]]] = {
                        {"fail_tasks": True}),
     "erase-unverified": ("the BMC's secure erase task says Completed but the drive reads back Critical",
                          {"erase_leaves_data": True}),
+    "erase-not-done": ("the BMC's secure erase task says Completed and the drive reads back healthy, but nothing "
+                       "reached the drive: its Sanitize Status log still says never sanitized and its data is "
+                       "all still there (sampled reads find every block unchanged)",
+                       {"erase_not_done": True}),
     "firmware-unapplied": ("the BMC's firmware update task says Completed but installs nothing (the version "
                            "reads as before)", {"update_keeps_version": True}),
     "bios-unapplied": ("staged BIOS settings are not applied at the next boot (they stay pending)",
@@ -61,6 +71,20 @@ BMC_PROFILES: dict[str, tuple[str, dict[str, bool]]] = {
 }
 
 FAULT_FILE = "fault.json"
+KERNEL_LOG_FILE = "kernel-log.json"
+"""The faults a GPU reset cleared, with when the kernel logged them: a real kernel log keeps their Xid lines
+after the reset, until the next boot (``dmesg`` keeps printing them; a reboot removes the file)."""
+
+# What clears a fault the way it clears on hardware: "reset" (`nvidia-smi -r` of the GPU it hits) and
+# "reboot" (the node's power cycled). A GPU that fell off the bus is back only after a reboot (the driver
+# says "Reboot the system to recover this GPU"); a failed row remap is cleared by a GPU reset or a reboot
+# (NVIDIA's XID catalog: RESET_GPU for Xid 64). Every other profile is the hardware's (a link, a cable,
+# firmware) and survives both.
+CLEARED_BY: dict[str, frozenset[str]] = {
+    "xid79": frozenset({"reboot"}),
+    "ecc": frozenset({"reset", "reboot"}),
+    "gpu-held": frozenset({"reboot"}),
+}
 
 
 @dataclass(frozen=True)
@@ -194,3 +218,44 @@ def read_fault(node_dir: Path) -> Fault:
     except FileNotFoundError:
         return HEALTHY
     return Fault(str(data["profile"]), int(data.get("gpu", 0)))
+
+
+def clear_faults(node_dir: Path, by: str, gpus: list[int] | None = None) -> Fault:
+    """Apply a reset (``by="reset"``, of ``gpus``) or a reboot to the node's fault; return the fault after it."""
+    fault = read_fault(node_dir)
+    if by == "reboot":
+        (node_dir / KERNEL_LOG_FILE).unlink(missing_ok=True)  # a new boot, a new kernel log
+    if by in CLEARED_BY.get(fault.profile, frozenset()) and (gpus is None or fault.gpu in gpus):
+        if by == "reset":
+            _keep_in_kernel_log(node_dir, fault)
+        write_fault(node_dir, HEALTHY)
+        return HEALTHY
+    return fault
+
+
+@dataclass(frozen=True)
+class LoggedFault:
+    """A fault a GPU reset cleared, and when the kernel logged it (its fault file's time)."""
+
+    fault: Fault
+    at: float
+
+
+def _keep_in_kernel_log(node_dir: Path, fault: Fault) -> None:
+    try:
+        at = (node_dir / FAULT_FILE).stat().st_mtime
+    except FileNotFoundError:
+        return
+    kept = [{**asdict(e.fault), "at": e.at} for e in logged_faults(node_dir)]
+    tmp = node_dir / f".{KERNEL_LOG_FILE}.tmp"
+    tmp.write_text(json.dumps([*kept, {**asdict(fault), "at": at}]) + "\n", encoding="utf-8")
+    os.replace(tmp, node_dir / KERNEL_LOG_FILE)
+
+
+def logged_faults(node_dir: Path) -> list[LoggedFault]:
+    """The faults since the last boot whose kernel lines outlived a GPU reset, oldest first."""
+    try:
+        data = json.loads((node_dir / KERNEL_LOG_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    return [LoggedFault(Fault(str(e["profile"]), int(e.get("gpu", 0))), float(e["at"])) for e in data]

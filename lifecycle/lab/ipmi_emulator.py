@@ -17,6 +17,7 @@ layer; this module adds what that server lacks or gets wrong:
 Run ``python -m lifecycle.lab.ipmi_emulator --count N --base-port P --password-env VAR``.
 """
 
+# ruff: noqa: E402  # pyghmi is imported below, after pyghmi_import.load()
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,17 @@ import struct
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from lifecycle.drivers.bmc import pyghmi_import
+
+# Before pyghmi's own imports: its plugin loader moves sys.path under other threads' imports (pyghmi_import).
+pyghmi_import.load()
 
 from pyghmi.ipmi import bmc as pyghmi_bmc
 from pyghmi.ipmi.private import constants as pyghmi_constants
@@ -178,7 +185,46 @@ def build_sdr(number: int, sensor: SensorSpec) -> bytes:
 
 
 class _Session(serversession.ServerSession):  # type: ignore[misc]
-    """RMCP+ server session that refuses what it cannot do instead of answering wrongly."""
+    """RMCP+ server session that refuses what it cannot do instead of answering wrongly.
+
+    pyghmi files server sessions under the client's address, then the BMC's port: a client
+    process sends from one UDP socket, so its sessions to all our BMCs share one address. pyghmi
+    gets two things wrong there, fixed here. A new login from an address (an IPMI 1.5 packet with
+    session 0 and sequence 0) makes it forget *every* BMC's session for that address, so the
+    client's live session to another BMC goes unanswered until it logs in again; and a packet
+    queued to a session forgotten that way raises AttributeError in the serving thread, after
+    which no BMC of the process answers (CI: node-04's and node-08's BMCs, both served here, never
+    answered again). This session forgets only itself, when its client logs in again or out.
+    """
+
+    def _forget(self) -> None:
+        """Unregister this session (its address's dict stays: pyghmi's I/O thread reads it)."""
+        mine = pyghmi_session.Session.bmc_handlers.get(self.sockaddr, {})
+        if mine.get(self.bmc.port) is self:
+            del mine[self.bmc.port]
+
+    def process_pktqueue(self) -> None:
+        while self.pktqueue:
+            pkt = list(self.pktqueue.popleft())
+            pkt[0] = bytearray(pkt[0])
+            if not (pkt[0][0] == 6 and pkt[0][2:4] == b"\xff\x07"):
+                continue  # not IPMI over RMCP
+            owner = pyghmi_session.Session.bmc_handlers.get(pkt[1], {}).get(self.bmc.port)
+            if owner is None:  # its session was forgotten after the packet was queued
+                self.bmc.sessionless_data(pkt[0], pkt[1])
+            else:
+                owner._handle_ipmi_packet(pkt[0], sockaddr=pkt[1], qent=pkt)
+
+    def _handle_ipmi_packet(self, data: Any, sockaddr: Any = None, qent: Any = None) -> Any:
+        if data[4] in (0, 2) and not any(data[5:13]):  # IPMI 1.5, sequence 0, session 0
+            self._forget()  # the client starts a new login: this session is over
+            self.bmc.sessionless_data(data, sockaddr)
+            return None
+        return super()._handle_ipmi_packet(data, sockaddr=sockaddr, qent=qent)
+
+    def close_server_session(self) -> None:
+        """Close Session (logout) was answered: forget the session, as a BMC does."""
+        self._forget()
 
     def create_open_session_response(self, request: Any) -> Any:
         req = bytearray(request)
@@ -431,8 +477,13 @@ class IpmiEmulator:
 
     def serve_forever(self) -> None:
         while not self._stop.is_set():
-            pyghmi_session.Session.wait_for_rsp(timeout=0.1)
-            self.tick()
+            try:
+                pyghmi_session.Session.wait_for_rsp(timeout=0.1)
+                self.tick()
+            except Exception:  # one bad packet or hook must not silence every BMC
+                # A real BMC drops a request it chokes on; it does not stop answering for good.
+                # The traceback goes to stderr (the lab's supervisor.log) so the bug is seen.
+                traceback.print_exc()
 
     def start(self) -> IpmiEmulator:
         self._thread = threading.Thread(target=self.serve_forever, name="ipmi-emulator",
@@ -481,7 +532,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"environment variable {args.password_env} is empty or unset")
     specs = lab_specs(args.count, args.base_port, password, username=args.user,
                       power_delay_s=args.power_delay, power_on=args.power_on)
-    emulator = IpmiEmulator(specs, address=args.address)
+    try:
+        emulator = IpmiEmulator(specs, address=args.address)
+    except OSError as exc:  # a port taken: one line, not a traceback
+        parser.exit(1, f"cannot serve on {args.address}:{args.base_port}-{args.base_port + args.count - 1}: "
+                       f"{exc.strerror or exc}\n")
     signal.signal(signal.SIGTERM, lambda *_: emulator._stop.set())
     print(f"serving {args.count} BMCs on {args.address}:{args.base_port}"
           f"-{args.base_port + args.count - 1}", flush=True)

@@ -3,7 +3,8 @@
 The lab's inventory is the document every other racklife command reads, so it
 is built here from what the lab really created (addresses, MACs, BMC
 endpoints), never guessed: three quarters of the simulated nodes in
-``training`` (Slurm), the rest in ``inference`` (Kubernetes), and the QEMU
+``training`` (Slurm), the rest in ``inference`` (Kubernetes) unless the lab
+was asked for another count (``--inference N``), and the QEMU
 node, when there is one, in the built-in ``spare`` pool (no scheduler: its
 minimal image runs no slurmd or kubelet).
 """
@@ -23,9 +24,11 @@ VM_POOL = "spare"
 
 
 def build_inventory(names: Sequence[str], rack_count: int, sku: str, nets: dict[str, netns.NodeNet],
-                    bmcs: dict[str, tuple[str, str]], credentials: Path, vm: str | None = None) -> Inventory:
-    """The lab's inventory; ``vm`` names the QEMU node (its net and BMC are in ``nets`` and ``bmcs``)."""
-    training = len(names) - len(names) // 4
+                    bmcs: dict[str, tuple[str, str]], credentials: Path, vm: str | None = None,
+                    inference: int | None = None) -> Inventory:
+    """The lab's inventory; ``vm`` names the QEMU node (its net and BMC are in ``nets`` and ``bmcs``);
+    ``inference``: how many of the last nodes are in ``inference`` (None: a quarter)."""
+    training = len(names) - (len(names) // 4 if inference is None else inference)
     per_rack = math.ceil(len(names) / rack_count)
     everyone = [*names, *([vm] if vm else [])]
     nodes = []

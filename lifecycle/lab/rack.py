@@ -48,6 +48,7 @@ from lifecycle.lab.control import write_json as write_json
 from lifecycle.lab.dnsmasq import LabDhcp
 from lifecycle.lab.faults import HEALTHY, Fault
 from lifecycle.lab.firmware import racklife_phone_home
+from lifecycle.lab.gputools import nvme
 from lifecycle.lab.ipmi_emulator import BmcSpec as IpmiSpec
 from lifecycle.lab.ipmi_emulator import IpmiEmulator
 from lifecycle.lab.kube import KubeStandIn
@@ -56,7 +57,7 @@ from lifecycle.lab.layout import build_inventory, write_lab_profile
 from lifecycle.lab.node import LabSsh, NodeSpec, SimNode
 from lifecycle.lab.ports import PortLease
 from lifecycle.lab.redfish_emulator import BmcConfig, RedfishEmulator
-from lifecycle.lab.redfish_emulator.hardware import ExtraHardware
+from lifecycle.lab.redfish_emulator.hardware import ExtraHardware, drive_serial
 from lifecycle.lab.slurm import LabSlurm, lab_config
 from lifecycle.lab.vm import VmNode, VmSpec, qemu_binary
 from lifecycle.model.inventory import Inventory, dump_inventory
@@ -83,6 +84,9 @@ class RackConfig:
     prefix: str = netns.DEFAULT_PREFIX
     subnet: str = netns.DEFAULT_SUBNET
     ipmi_every: int = 4
+    """Every Nth node gets the IPMI emulator as its BMC (0: every node Redfish)."""
+    inference: int | None = None
+    """How many of the last nodes are in the ``inference`` pool (None: a quarter)."""
     faults: dict[str, Fault] = field(default_factory=dict)
     fixtures: Path = SHARED / "fixtures"
     ready_timeout_s: float = 120.0
@@ -93,6 +97,12 @@ class RackConfig:
     vm_memory_mb: int = 256
     slurm_rest: bool = True
     """Run slurmrestd (JWT auth) beside slurmctld."""
+    slurm_accounting: bool = True
+    """Run slurmdbd with MariaDB and account every job there (``sacct``, ``sreport``)."""
+    slurm_backup_controller: bool = True
+    """A backup slurmctld beside the primary (it takes over when the primary dies)."""
+    slurm_configless: bool = True
+    """slurmd fetch their configuration from slurmctld (``--conf-server``)."""
 
     @property
     def rack_count(self) -> int:
@@ -105,6 +115,10 @@ class RackConfig:
     def validate(self) -> None:
         if not 1 <= self.nodes <= 1000:
             raise ValueError("--nodes must be between 1 and 1000")
+        if self.ipmi_every < 0:
+            raise ValueError("--ipmi-every must be 0 (no IPMI BMC) or more")
+        if self.inference is not None and not 0 <= self.inference <= self.nodes:
+            raise ValueError(f"--inference must be between 0 and --nodes ({self.nodes})")
         per_rack = math.ceil(self.nodes / self.rack_count)
         if self.rack_count > self.nodes or per_rack > 20:
             raise ValueError(f"{self.nodes} nodes do not fit {self.rack_count} racks (at most 20 per rack)")
@@ -186,6 +200,13 @@ class Rack:
     def _redfish_power(self, bmc: str, _system: str, state: str) -> None:
         self._submit(self.by_bmc[bmc], "on" if state == "On" else "off")
 
+    def _redfish_erase(self, bmc: str, serial: str, ok: bool) -> None:
+        """A secure erase reached a drive: its Sanitize Status log says how it ended (the node's ``nvme``), and
+        one that ended well wrote zeros over its media (what the sampled reads read)."""
+        node = self.nodes.get(self.by_bmc.get(bmc, ""))
+        if node is not None:
+            nvme.record_sanitize(node.dir, serial, ok)
+
     def _ipmi_power(self, bmc: str, state: str) -> None:
         self._submit(self.by_bmc[bmc], state)
 
@@ -261,18 +282,22 @@ class Rack:
                 rf_configs.append(BmcConfig(bmc, tree, BMC_USER, password, power_delay_s=c.power_delay_s,
                                             hardware=hw))
                 kinds[name] = "redfish"
-        self.redfish = RedfishEmulator(rf_configs, on_power=self._redfish_power).start()
+        self.redfish = RedfishEmulator(rf_configs, on_power=self._redfish_power, on_erase=self._redfish_erase).start()
         self.ipmi = IpmiEmulator(ipmi_specs, on_power=self._ipmi_power).start() if ipmi_specs else None
         addresses = {s.name: ("ipmi", f"127.0.0.1:{s.port}") for s in ipmi_specs}
         addresses.update({b: ("redfish", url) for b, url in self.redfish.urls.items()})
         self.inventory = build_inventory(names, c.rack_count, c.sku, nets,
-                                         {n: addresses[f"bmc-{n}"] for n in nets}, creds, vm=vm)
+                                         {n: addresses[f"bmc-{n}"] for n in nets}, creds, vm=vm,
+                                         inference=c.inference)
         (self.dir / "inventory.yaml").write_text(dump_inventory(self.inventory), encoding="utf-8")
         rest = c.slurm_rest and _others_can_reach(self.dir)
         if c.slurm_rest and not rest:
             self.notes.append(f"slurmrestd not started: it runs as 'nobody', which cannot reach {self.dir} "
                               "(a directory above it is not world-searchable)")
-        self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[], rest=rest)).start()
+        self.slurm = LabSlurm(lab_config(self.inventory, self.dir / "slurm", start_nodes=[], rest=rest,
+                                         accounting=c.slurm_accounting,
+                                         backup_controller=c.slurm_backup_controller,
+                                         configless=c.slurm_configless)).start()
         self.kube = KubeStandIn().start()
         self.kube.write_kubeconfig(self.dir / "kube" / "kubeconfig")
         # Nodes reach the controller's boot server at the hub's controller address; the lab
@@ -299,6 +324,12 @@ class Rack:
                 fault=c.faults.get(name, HEALTHY), on_boot=[self._node_started], on_shutdown=[self._node_stopped])
         for node in self.nodes.values():
             node.prepare()
+        for cfg in rf_configs:  # what the node's OS sees of the drives its BMC reports
+            name, hw = self.by_bmc[cfg.name], cfg.hardware
+            if name in self.nodes:
+                nvme.install_drives(self.nodes[name].dir, [nvme.Drive(drive_serial(hw, i), hw.drive_model,
+                                                                      hw.drive_capacity_bytes)
+                                                           for i in range(hw.drives)])
         ssh.write_config(list(self.nodes.values()))
         self.burnin_profile = write_lab_profile(c.sku, self.dir / "profiles" / f"lab-{c.sku}.toml")
         self.write_state()
@@ -354,6 +385,7 @@ class Rack:
             if self.boot_port else None,
             "dhcp": self.dhcp.status() if self.dhcp else None,
             "slurm_rest_url": slurm.rest_url if slurm else None,
+            "slurmdbd": f"127.0.0.1:{slurm.ports['slurmdbd']}" if slurm and "slurmdbd" in slurm.ports else None,
             "notes": self.notes,
             "nodes": [*({
                 "name": n.name, "kind": "sim", "address": n.net.address, "mac": n.net.mac,

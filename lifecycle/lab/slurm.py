@@ -29,12 +29,15 @@ from typing import Any
 
 from lifecycle.drivers.slurm.render import (
     RenderOptions,
-    Topology,
     lendable_nodes,
     render,
     slurm_nodes,
 )
+from lifecycle.lab import slurm_accounting, slurm_daemons
 from lifecycle.lab.ports import PortLease
+from lifecycle.lab.slurm_options import DAEMON_PORTS as DAEMON_PORTS
+from lifecycle.lab.slurm_options import LabSlurmConfig as LabSlurmConfig
+from lifecycle.lab.slurm_options import render_options
 from lifecycle.lab.slurm_power import booted_slurmd
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.skus import SKUS
@@ -69,25 +72,6 @@ class LabError(RuntimeError):
     """The lab cluster could not be started or driven; the message names the daemon and its log."""
 
 
-@dataclass(frozen=True)
-class LabSlurmConfig:
-    inventory: Inventory
-    root: Path
-    topology: Topology = "tree"
-    rest: bool = False
-    start_nodes: Sequence[str] | None = None
-    """Nodes whose slurmd starts at once; default: all but lendable ones (those start lent)."""
-    extra: tuple[str, ...] = ()
-    suspend_time_s: int = 3600
-    resume_timeout_s: int = 60
-    ready_timeout_s: float = 30.0
-    power_programs: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    """(ResumeProgram argv, SuspendProgram argv) to call instead of the lab's own slurmd power
-    mechanics — racklife's elastic-capacity programs; slurmctld appends the hostlist."""
-    power_env: tuple[tuple[str, str], ...] = ()
-    """Environment for those programs (store, kubeconfig, role-switch hook)."""
-
-
 @dataclass
 class LabSlurm:
     """A running (or stopped) lab cluster. Use ``start()``/``stop()`` or the context manager."""
@@ -98,6 +82,7 @@ class LabSlurm:
     _init: subprocess.Popen[bytes] | None = None
     _init_pid: int | None = None
     _rest: subprocess.Popen[bytes] | None = None
+    _has_cluster: bool = False
     _lease: PortLease = field(default_factory=PortLease)
     """The ports this lab picked (slurmctld, slurmrestd, each node's slurmd), held until stop()."""
 
@@ -117,52 +102,28 @@ class LabSlurm:
         env["SLURM_CONF"] = str(self.conf)
         return env
 
+    @property
+    def cluster_name(self) -> str:
+        return self.config.inventory.site.name
+
+    @property
+    def accounting_paths(self) -> slurm_accounting.AccountingPaths:
+        return slurm_accounting.AccountingPaths(self.root)
+
     def log(self, name: str) -> Path:
         return self.root / "log" / f"{name}.log"
 
     # ------------------------------------------------------------- lifecycle
 
     def render_options(self) -> RenderOptions:
-        r = self.root
-        return RenderOptions(
-            controller="localhost",
-            controller_addr="127.0.0.1",
-            slurmctld_port=self.ports["slurmctld"],
-            state_dir=str(r / "state"),
-            spool_dir=str(r / "spool"),
-            log_dir=str(r / "log"),
-            run_dir=str(r / "run"),
-            slurm_user="root",
-            topology=self.config.topology,
-            gpu_device_dir=str(r / "dev"),
-            gres_autodetect="off",
-            select_parameters="CR_Core",
-            proctrack="proctrack/linuxproc",
-            task_plugin="task/none",
-            jobacct_gather="jobacct_gather/none",
-            auth_socket=str(r / "munge" / "munge.socket"),
-            jwt_key=str(r / "etc" / "jwt.key"),
-            resume_program=str(r / "bin" / "resume"),
-            suspend_program=str(r / "bin" / "suspend"),
-            suspend_time_s=self.config.suspend_time_s,
-            suspend_timeout_s=5,
-            resume_timeout_s=self.config.resume_timeout_s,
-            power_save_interval_s=1,
-            node_ports={n: p for n, p in self.ports.items() if n != "slurmctld"},
-            config_overrides=True,
-            extra=(
-                "SlurmctldTimeout=30", "SlurmdTimeout=30", "MessageTimeout=5",
-                # slurmctld and each slurmd listen on loopback only, not on every address of the host.
-                "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", *self.config.extra
-            ),
-        )
+        return render_options(self.config, self.root, self.ports)
 
     def prepare(self) -> None:
         """Create the root tree, keys, fake GPUs and rendered config (no daemon started)."""
         if len(str(self.root)) > MAX_ROOT_LEN:
             raise LabError(f"lab root {self.root} is too long for Unix socket paths")
-        # A lab cluster starts empty: no jobs or drains recovered from an earlier run.
-        for sub in ("state", "spool", "run"):
+        # A lab cluster starts empty: no jobs or drains recovered from an earlier run, no accounting records.
+        for sub in ("state", "spool", "run", "db"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         for sub in ("etc", "state", "spool", "log", "run", "dev", "munge", "bin"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -172,8 +133,10 @@ class LabSlurm:
         nodes = slurm_nodes(inv)
         if not self.ports:
             # A lent node's slurmd binds its port only when the node is powered on (see ports).
-            ctld, *ports = self._lease.take(1 + len(nodes))
-            self.ports = {"slurmctld": ctld, **{n.name: p for n, p in zip(nodes, ports, strict=True)}}
+            daemons = ["slurmctld", *(["slurmdbd"] if self.config.accounting else [])]
+            ports = self._lease.take(len(daemons) + len(nodes))
+            self.ports = {**dict(zip(daemons, ports, strict=False)),
+                          **{n.name: p for n, p in zip(nodes, ports[len(daemons):], strict=True)}}
         gpus = max((SKUS[n.sku].gpu_count for n in nodes), default=0)
         for i in range(gpus):
             dev = self.root / "dev" / f"nvidia{i}"
@@ -190,6 +153,11 @@ class LabSlurm:
             jwt_key.chmod(0o600)
         for name, text in render(inv, self.render_options()).files.items():
             (self.root / "etc" / name).write_text(text)
+        # The two controllers' names, for the cluster's mount namespace only (see slurm_daemons).
+        (self.root / "etc" / "hosts").write_text(slurm_daemons.hosts_file(Path("/etc/hosts").read_text()))
+        if self.config.accounting:
+            (self.root / "etc" / "slurmdbd.conf").chmod(0o600)  # slurmdbd wants it private to SlurmUser
+            self._has_cluster = slurm_accounting.prepare(self.accounting_paths, self.cluster_name)
         programs = self.config.power_programs
         for i, action in enumerate(("resume", "suspend")):
             prog = self.root / "bin" / action
@@ -238,13 +206,13 @@ class LabSlurm:
             time.sleep(0.02)
         raise LabError("the PID namespace init did not start")
 
-    def _ns(self, argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
+    def _ns(self, argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
         """Run argv inside the cluster's PID and mount namespaces, waiting for it."""
         assert self._init_pid is not None
         return subprocess.run(
             ["nsenter", "-t", str(self._init_pid), "--pid", "--mount", "--", *argv],
             stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
-            env=self.env(),
+            env=env if env is not None else self.env(),
         )
 
     def run_inside(self, argv: Sequence[str], env: dict[str, str] | None = None,
@@ -279,9 +247,14 @@ class LabSlurm:
             f"--seed-file={r / 'munge' / 'seed'}", "--force",
         ])
         _wait(lambda: sock.exists(), 10, "munged socket")
-        self._checked("slurmctld", ["slurmctld", "-f", str(self.conf)])
-        _wait(self._ctld_up, self.config.ready_timeout_s,
-              f"slurmctld (see {self.log('slurmctld')})")
+        if self.config.backup_controller:
+            self._checked("/etc/hosts", ["mount", "--bind", str(r / "etc" / "hosts"), "/etc/hosts"])
+        if self.config.accounting:
+            self.start_accounting()
+        for ctl in slurm_daemons.controllers(self.conf):
+            self._checked(f"slurmctld ({ctl.role})", slurm_daemons.controller_argv(self.conf, ctl))
+            _wait(lambda role=ctl.role: slurm_daemons.ping(self.env()).get(role) == "UP",  # type: ignore[misc]
+                  self.config.ready_timeout_s, f"slurmctld {ctl.role} (see {self.log('slurmctld')})")
         inv = self.config.inventory
         lendable = {n.name for n in lendable_nodes(inv)}
         wanted = self.config.start_nodes
@@ -292,6 +265,16 @@ class LabSlurm:
         if self.config.rest:
             self._start_rest()
         _wait(lambda: self._all_idle(wanted), self.config.ready_timeout_s, "nodes to become idle")
+
+    def start_accounting(self) -> None:
+        """MariaDB (once per lab) and slurmdbd; slurmctld accounts to slurmdbd from its start."""
+        paths = self.accounting_paths
+        env = slurm_accounting.client_env(paths, self.env())
+        try:
+            slurm_accounting.start(paths, lambda argv: self._ns(argv, env=env), self.env(),
+                                   self.config.ready_timeout_s, self.cluster_name, self._has_cluster)
+        except slurm_accounting.AccountingError as exc:
+            raise LabError(str(exc)) from None
 
     def _start_rest(self) -> None:
         assert self._init_pid is not None
@@ -375,9 +358,6 @@ class LabSlurm:
             check=False,
         )
 
-    def _ctld_up(self) -> bool:
-        return self._scontrol("ping").stdout.find("is UP") >= 0
-
     def _all_idle(self, names: Sequence[str], allow_flags: bool = False) -> bool:
         if not names:
             return True
@@ -411,9 +391,4 @@ def lab_config(inventory: Inventory, root: Path, **kw: Any) -> LabSlurmConfig:
 
 
 def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
+    slurm_daemons.wait_until(cond, timeout, what, LabError)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from lifecycle.drivers.slurm.hostlist import expand
+from lifecycle.lab import slurm_daemons
 
 
 def _conf_value(conf: Path, key: str) -> str:
@@ -44,9 +45,9 @@ def uptime() -> float:
 
 def booted_slurmd(conf: Path, host: str) -> list[str]:
     """argv: the host's slurmd in a time namespace whose boot clock says the machine just booted
-    (at the host's last whole-second uptime mark: the offset is whole seconds)."""
-    return ["unshare", "--fork", "--time", f"--boottime=-{int(uptime())}",
-            "slurmd", "-N", host, "-f", str(conf)]
+    (at the host's last whole-second uptime mark: the offset is whole seconds); configless when
+    slurmctld serves the configuration (``slurm_daemons.slurmd_argv``)."""
+    return slurm_daemons.slurmd_argv(conf, host, int(uptime()))
 
 
 def resume(conf: Path, hosts: list[str]) -> int:

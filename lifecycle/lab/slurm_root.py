@@ -271,6 +271,7 @@ class RootedController:
             proctrack="proctrack/linuxproc", task_plugin="task/none",
             jobacct_gather="jobacct_gather/none", auth_socket=f"{w}/munge/munge.socket",
             resume_program="/bin/true", suspend_program="/bin/true", config_overrides=True,
+            accounting=False,  # this root tests slurmctld's parsing of topology, without slurmdbd
             # The root has no mail program; without this slurmctld logs an error on every start.
             extra=("MailProg=/bin/true",),
         )

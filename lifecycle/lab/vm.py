@@ -13,6 +13,9 @@ QEMU runs in that namespace so it can open the tap by name, and dies with
 it at teardown. Its power follows its BMC (a Redfish emulator BMC, like the
 other nodes'): power on starts QEMU, power off kills it, a reset does both.
 Its serial console is appended to ``console.log`` in the node's directory.
+It carries one NVMe drive (QEMU's emulated controller, serial ``nvme_serial``,
+a sparse file in the node's directory), which the maintenance image's
+``nvme`` lists; the minimal image has no NVMe driver and ignores it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def qemu_binary() -> str:
 class VmSpec:
     name: str
     memory_mb: int = 256
+    nvme_mib: int = 64
+
+    @property
+    def nvme_serial(self) -> str:
+        """The serial number the VM's NVMe drive reports (NVMe allows 20 characters)."""
+        return f"RL{self.name.upper().replace('-', '')}N0"[:20]
 
 
 class VmNode:
@@ -53,6 +62,7 @@ class VmNode:
         self.net = net
         self.dir = lab_dir / "nodes" / spec.name
         self.console = self.dir / "console.log"
+        self.nvme = self.dir / "nvme0.img"
         self.boots = 0
         self.boot_error: str | None = None
         self._lock = threading.Lock()
@@ -67,6 +77,8 @@ class VmNode:
         return [
             qemu_binary(), "-name", self.name, "-machine", "pc", "-accel", "tcg", "-m", str(self.spec.memory_mb),
             "-display", "none", "-monitor", "none", "-vga", "none",
+            "-drive", f"file={self.nvme},if=none,id=nvme0,format=raw",
+            "-device", f"nvme,serial={self.spec.nvme_serial},drive=nvme0",
             "-chardev", f"file,id=console,path={self.console},append=on", "-serial", "chardev:console",
             "-netdev", f"tap,id=n0,ifname={self.net.port},script=no,downscript=no",
             "-device", f"e1000,netdev=n0,mac={self.net.mac},romfile={IPXE_ROM}",
@@ -77,6 +89,8 @@ class VmNode:
         """The node's directory, with an empty console (a new lab's machine has not booted yet)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.console.unlink(missing_ok=True)
+        with self.nvme.open("wb") as drive:  # sparse: a new lab's drive reads as zeros
+            drive.truncate(self.spec.nvme_mib << 20)
 
     @property
     def running(self) -> bool:
@@ -112,6 +126,9 @@ class VmNode:
                 console.write(f"\n--- racklife lab: power on (boot {self.boots}) at {time.time():.0f}\n".encode())
             # A machine that cannot start stays off with the reason, as a node whose boot failed.
             try:
+                if not self.nvme.exists():  # kept across power cycles: what was written stays written
+                    with self.nvme.open("wb") as drive:
+                        drive.truncate(self.spec.nvme_mib << 20)
                 argv = netns.exec_argv(self.net.netns, self.argv())
                 with (self.dir / "qemu.log").open("ab") as log:
                     self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -1,1 +1,1 @@
-"""Inventory, SKUs and the node state machine. Imports nothing else of racklife."""
+"""Inventory, SKUs and the node state machine. Imports nothing else of racklife but burnin's levels (vocab)."""

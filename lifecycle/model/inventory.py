@@ -34,8 +34,8 @@ from lifecycle.model.redact import names_a_secret
 from lifecycle.model.skus import SKUS
 from lifecycle.model.strict_yaml import MAX_BYTES, InventoryError, Path_, Problem, fmt, line_of, parse_yaml
 
-__all__ = ["BUILTIN_POOLS", "MAX_BYTES", "BmcSpec", "Image", "Inventory", "InventoryError", "Nic", "Node",
-           "Pool", "Problem", "Rack", "Site", "Topology", "dump_inventory", "load_inventory", "parse_inventory"]
+__all__ = ["BUILTIN_POOLS", "MAX_BYTES", "BmcSpec", "FirmwareBaseline", "Image", "Inventory", "InventoryError", "Nic",
+           "Node", "Pool", "Problem", "Rack", "Site", "Topology", "dump_inventory", "load_inventory", "parse_inventory"]
 
 BUILTIN_POOLS = ("burn-in", "quarantine", "spare")
 _SECRET_KEYS = frozenset({"password", "passwd", "secret", "username", "user", "token"})
@@ -58,6 +58,12 @@ def _definition(value: str) -> str:
     return value
 
 
+def _firmware_file(value: str) -> str:
+    if not value.startswith("/") or "/../" in f"{value}/" or "/./" in f"{value}/" or len(value) > 1024:
+        raise ValueError("must be an absolute path to the firmware image on the controller (no '.' or '..')")
+    return vocab.text(value)
+
+
 Name = Annotated[str, AfterValidator(vocab.node_name)]
 Mac = Annotated[str, AfterValidator(vocab.mac)]
 NodeIp = Annotated[str, AfterValidator(vocab.node_ip)]
@@ -75,6 +81,11 @@ LabelKey = Annotated[str, AfterValidator(vocab.label_key), AfterValidator(_not_a
 LabelValue = Annotated[str, AfterValidator(vocab.label_value)]
 TaintText = Annotated[str, AfterValidator(lambda t: str(vocab.taint(t)))]
 Text = Annotated[str, AfterValidator(vocab.text)]
+DriverVersion = Annotated[str, AfterValidator(vocab.driver_version)]
+BiosAttribute = Annotated[str, AfterValidator(vocab.bios_attribute)]
+BiosValue = StrictBool | StrictInt | Annotated[str, AfterValidator(vocab.text)]
+"""As the Bios resource types it: a boolean, an integer, or a string (an enumeration's member)."""
+BiosSettings = Annotated[dict[BiosAttribute, BiosValue], Field(max_length=128)]
 
 
 class _Model(BaseModel):
@@ -131,6 +142,16 @@ class Topology(_Model):
     nvlink_block: Name | None = None
 
 
+class FirmwareBaseline(_Model):
+    """One component a node's BMC must report at ``version``, and the image that installs it."""
+
+    component: Annotated[str, AfterValidator(vocab.text)] = Field(min_length=1, max_length=64)
+    """As the BMC's FirmwareInventory names it (``racklife bmc firmware list NODE``), or its id's last part."""
+    version: Annotated[str, AfterValidator(vocab.version)]
+    file: Annotated[str, AfterValidator(_firmware_file)]
+    """The image on the controller that installs ``version`` (served to the BMC, or pushed to it)."""
+
+
 class Node(_Model):
     name: Name
     serial: Annotated[str, AfterValidator(vocab.serial)]
@@ -145,12 +166,27 @@ class Node(_Model):
     mgmt_ip: NodeIp | None = None
     topology: Topology = Topology()
     labels: dict[LabelKey, LabelValue] = Field({}, max_length=64)
+    firmware: list[FirmwareBaseline] = Field([], max_length=32)
+    """The firmware baseline: ``racklife plan`` proposes an update for each component that differs."""
+    driver: DriverVersion | None = None
+    """The NVIDIA driver the node runs (its pool's when not given): ``racklife plan`` proposes update-driver."""
+    bios: BiosSettings = {}
+    """BIOS attributes the node's BMC must read, over its pool's: ``racklife plan`` proposes set-bios."""
 
     @field_validator("sku")
     @classmethod
     def _sku(cls, value: str) -> str:
         if value not in SKUS:
             raise ValueError(f"unknown SKU '{value}' (known: {', '.join(sorted(SKUS))})")
+        return value
+
+    @field_validator("firmware")
+    @classmethod
+    def _one_per_component(cls, value: list[FirmwareBaseline]) -> list[FirmwareBaseline]:
+        seen = [f.component.lower() for f in value]
+        twice = sorted({c for c in seen if seen.count(c) > 1})
+        if twice:
+            raise ValueError(f"component(s) listed twice in the baseline: {', '.join(twice)}")
         return value
 
     def boot_mac(self) -> str:
@@ -174,18 +210,24 @@ class Pool(_Model):
     labels: dict[LabelKey, LabelValue] = Field({}, max_length=64)
     taints: list[TaintText] = Field([], max_length=64)
     acceptance_validity_days: StrictInt = Field(30, ge=1, le=3650)
-    leave_policy: Literal["wait", "requeue", "cancel"] = "wait"
+    leave_policy: vocab.LeavePolicy = "wait"
     drain_deadline_s: StrictInt = Field(3600, ge=0, le=7 * 24 * 3600)
+    join_deadline_s: StrictInt = Field(300, ge=1, le=24 * 3600)
+    """How long a join waits for the scheduler to have the node serving (Slurm: up, responding, not drained)."""
     lendable: StrictBool = False
     """Nodes of this pool may be lent to the other scheduler (Slurm power saving)."""
     min_nodes: StrictInt = Field(0, ge=0, le=1_000_000)
     """The fewest nodes the pool keeps in service: a role swap that would leave fewer is refused."""
-    retest_level: Literal["quick", "standard", "full"] = "quick"
+    retest_level: vocab.Level = "quick"
     """The acceptance level a node is re-tested at before it joins this pool in a role swap."""
     image: Name | None = None
     """The image a node of this pool runs (one of ``images``): ``role-swap --reimage`` reprovisions with it."""
     max_repair_percent: StrictInt = Field(10, ge=1, le=100)
     """Automatic repairs under way in this pool at once, as a share of its nodes (at least one node)."""
+    driver: DriverVersion | None = None
+    """The NVIDIA driver every node of the pool runs (a node's own ``driver`` wins)."""
+    bios: BiosSettings = {}
+    """BIOS attributes every node of the pool has (a node's own ``bios`` adds to them and wins)."""
 
     @model_validator(mode="after")
     def _scheduler_fields(self) -> Pool:

@@ -87,16 +87,19 @@ def _rules() -> list[Rule]:
     add((S.AVAILABLE, S.PROVISION_FAILED, S.PROVISIONED), "provision", S.PROVISIONING)
     add(S.PROVISIONING, "provision_done", S.PROVISIONED, _WF)
     add(S.PROVISIONING, "provision_fail", S.PROVISION_FAILED, _WF)
-    add((S.PROVISIONED, S.ACCEPTED, S.QUARANTINED, S.DRAINED), "burn_in", S.BURNING_IN)
+    # A repair action racklife performed (a reboot, a GPU reset) is followed by the re-test straight from
+    # `repairing`; hands-on work (`repair_done`) is inspected again first.
+    add((S.PROVISIONED, S.ACCEPTED, S.QUARANTINED, S.DRAINED, S.REPAIRING), "burn_in", S.BURNING_IN)
     add(S.BURNING_IN, "accept", S.ACCEPTED)
     add(S.BURNING_IN, "quarantine", S.QUARANTINED, _QUAR)
     add((S.ACCEPTED, S.DRAINED, S.JOIN_FAILED), "join", S.JOINING, gate=True)
     add(S.JOINING, "join_done", S.IN_SERVICE, _WF)
     add(S.JOINING, "join_fail", S.JOIN_FAILED, _WF)
     # A drained node found unfit (a role swap that cannot be rolled back) is quarantined, not left drained;
-    # so is a node whose reimage or upgrade failed while it was out of service (it cannot be taken back).
-    add((S.IN_SERVICE, S.JOIN_FAILED, S.DRAINED, S.PROVISION_FAILED, S.UPGRADE_FAILED), "quarantine", S.QUARANTINED,
-        _QUAR)
+    # so is a node whose reimage or upgrade failed while it was out of service (it cannot be taken back),
+    # and one whose repair action failed.
+    add((S.IN_SERVICE, S.JOIN_FAILED, S.DRAINED, S.PROVISION_FAILED, S.UPGRADE_FAILED, S.REPAIRING), "quarantine",
+        S.QUARANTINED, _QUAR)
     add(S.IN_SERVICE, "drain", S.DRAINING)
     add(S.DRAINING, "drain_done", S.DRAINED, _WF)
     add(S.DRAINING, "drain_abort", S.IN_SERVICE)
@@ -194,6 +197,7 @@ class Transition:
     reason: str
     run_id: str | None
     at: datetime
+    operator: str | None = None  # who asked (the run's starter, or the process's operator); None: before 0008
 
 
 def mermaid() -> str:

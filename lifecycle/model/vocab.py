@@ -22,7 +22,13 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+# The acceptance levels are burn-in's (what each level runs is in burnin's profiles); named here so the
+# controller reads every vocabulary from one module. The one import of burnin the model may make.
+from burnin.levels import LEVELS as LEVELS
+from burnin.levels import Level as Level
+from burnin.levels import level as level
 
 # RFC 1123 label: what Slurm, Kubernetes and DNS all accept, and nothing a shell would interpret.
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -30,6 +36,10 @@ _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 _SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NIC = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _VERSION = re.compile(r"[A-Za-z0-9._+~-]{1,128}")
+# As nvidia-smi prints it: 550.127.08, 570.86 (a branch and a build, optionally a patch).
+_DRIVER_VERSION = re.compile(r"\d{3}\.\d{1,3}(\.\d{1,3})?")
+# A Redfish AttributeRegistry's AttributeName: a letter, then letters, digits and '_'.
+_BIOS_ATTRIBUTE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 _DNS_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*")
 # Kubernetes' grammar and words, as k8s.io/apimachinery/pkg/util/validation writes them, so that the
 # inventory, the drivers, the manifest renderer and the lab's API stand-in judge a value alike.
@@ -58,7 +68,16 @@ MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanum
                    f"'12345', regex used for validation is '{LABEL_VALUE}')")
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-TAINT_EFFECTS: tuple[TaintEffect, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TAINT_EFFECTS: tuple[TaintEffect, ...] = get_args(TaintEffect)
+
+KeepJobsPolicy = Literal["wait", "requeue"]
+"""The Slurm leave policies that end no job: ``wait`` leaves it running, ``requeue`` puts it back in the
+queue. All that a role swap, an upgrade or a power action may ask for: cancelling jobs is only ever
+``slurm leave --policy cancel`` (or a pool whose ``leave_policy`` says so), never a side effect."""
+LeavePolicy = Literal[KeepJobsPolicy, "cancel"]
+"""What a Slurm leave does with jobs still running at the drain deadline (``lifecycle.drivers.slurm.leave``)."""
+KEEP_JOBS_POLICIES: tuple[KeepJobsPolicy, ...] = get_args(KeepJobsPolicy)
+LEAVE_POLICIES: tuple[LeavePolicy, ...] = get_args(LeavePolicy)
 
 
 def node_name(value: str) -> str:
@@ -130,6 +149,20 @@ def nic_name(value: str) -> str:
 def version(value: str) -> str:
     if not _VERSION.fullmatch(value):
         raise ValueError("must be 1-128 of letters, digits and '._+~-'")
+    return value
+
+
+def driver_version(value: str) -> str:
+    """An NVIDIA driver version as nvidia-smi prints it (``550.127.08``, ``570.86``)."""
+    if not _DRIVER_VERSION.fullmatch(value):
+        raise ValueError(f"must be an NVIDIA driver version as nvidia-smi prints it (like 570.133.20), not {value!r}")
+    return value
+
+
+def bios_attribute(value: str) -> str:
+    """A BIOS attribute's name as the BMC's Bios resource (its AttributeRegistry) names it."""
+    if not _BIOS_ATTRIBUTE.fullmatch(value):
+        raise ValueError("must be a BIOS attribute name: a letter, then up to 127 letters, digits and '_'")
     return value
 
 

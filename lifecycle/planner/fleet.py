@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from lifecycle.drivers.bmc.base import Capability
+from lifecycle.drivers.bmc.factory import supports
 from lifecycle.model.inventory import Inventory
 from lifecycle.planner import observe
 from lifecycle.planner.observed import Desired, Observation, Source
@@ -42,7 +44,11 @@ def refresh(store: Store, inv: Inventory | None, names: Sequence[str] | None,
     """Observe the chosen nodes from every source and store what was seen."""
     records = _select(store.nodes(), inv, names)
     wants = observe.desired_all(inv, records, store)
-    seen = observe.observe(store, records, sources, {n: d.pool.scheduler for n, d in wants.items()})
+    seen = observe.observe(store, records, sources, {n: d.pool.scheduler for n, d in wants.items()},
+                           firmware_for={n for n, d in wants.items()
+                                         if d.node.firmware and supports(d.node, Capability.FIRMWARE)},
+                           bios_for={n: sorted(d.bios) for n, d in wants.items()
+                                     if d.bios and supports(d.node, Capability.BIOS)})
     observe.save(store, seen)
     return Refreshed(seen, wants)
 

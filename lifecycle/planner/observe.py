@@ -16,14 +16,14 @@ changes anything.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from lifecycle.drivers.bmc.base import BmcDriver
+from lifecycle.drivers.bmc.base import BiosInterface, BmcDriver, require
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.kube.types import KubeNode
 from lifecycle.drivers.slurm.types import SlurmJob, SlurmNode
@@ -61,20 +61,26 @@ class KubeReader(Protocol):
 class Sources:
     """How to reach each source; a factory that raises says why the source cannot be read."""
 
-    bmc: Callable[[BmcSpec], BmcDriver]
+    bmc: Callable[[str, BmcSpec], BmcDriver]  # (node, its BMC): the node names the failed calls it records
     slurm: Callable[[], SlurmReader]
     kube: Callable[[], KubeReader]
-    firmware: bool = True  # read firmware versions (a BMC inventory: many requests per node)
+    firmware: bool = True  # read every node's firmware versions (a BMC inventory: many requests per node)
+    """False: only the nodes that have a firmware baseline (the plan needs their versions)."""
 
 
-def default_sources(env: Mapping[str, str] | None = None, firmware: bool = True) -> Sources:
-    """The real drivers: BMCs from the inventory, Slurm from SLURM_CONF, Kubernetes from a kubeconfig."""
+def default_sources(env: Mapping[str, str] | None = None, firmware: bool = True,
+                    store: Store | None = None) -> Sources:
+    """The real drivers: BMCs from the inventory, Slurm from SLURM_CONF, Kubernetes from a kubeconfig.
+
+    With ``store``, every failed BMC call is recorded there (``workflows/bmc_calls.py``) for the metrics.
+    """
     env = dict(os.environ if env is None else env)
 
-    def bmc(spec: BmcSpec) -> BmcDriver:
+    def bmc(node: str, spec: BmcSpec) -> BmcDriver:
         from lifecycle.drivers.bmc.factory import driver_for  # vendor SDKs only when a BMC is asked
+        from lifecycle.workflows.bmc_calls import StoreObserver
 
-        return driver_for(spec)
+        return driver_for(spec, observer=StoreObserver(store, node) if store is not None else None)
 
     def slurm() -> SlurmReader:
         from lifecycle.drivers.slurm.driver import SlurmDriver
@@ -119,20 +125,26 @@ def desired_all(inv: Inventory | None, records: Sequence[NodeRecord], store: Sto
     return out
 
 
-def read_bmc(sources: Sources, spec: BmcSpec) -> BmcSeen:
-    """One whole BMC read on a fresh driver (a retry never reuses a session that just timed out)."""
-    driver = sources.bmc(spec)
+def read_bmc(sources: Sources, node: str, spec: BmcSpec, firmware_too: bool = False,
+             bios: Collection[str] = ()) -> BmcSeen:
+    """One whole BMC read on a fresh driver (a retry never reuses a session that just timed out);
+    ``bios``: the BIOS attributes to read (through the BMC's BIOS interface; none: the Bios is not read)."""
+    driver = sources.bmc(node, spec)
     try:
         power = driver.power_state().value
-        firmware = {f.name: f.version for f in driver.inventory().firmware} if sources.firmware else {}
-        return BmcSeen(power, firmware)
+        read = sources.firmware or firmware_too
+        parts = driver.inventory().firmware if read else []
+        live = require(driver, BiosInterface).bios_attributes() if bios else {}
+        return BmcSeen(power, {f.name: f.version for f in parts},
+                       tuple((f.name, (f.id or "").rstrip("/").rsplit("/", 1)[-1], f.version) for f in parts),
+                       {k: v for k in bios if isinstance(v := live.get(k), (bool, int, str))} if bios else None)
     finally:
         driver.close()
 
 
-def _bmc(sources: Sources, rec: NodeRecord) -> BmcSeen | str:
+def _bmc(sources: Sources, rec: NodeRecord, firmware_too: bool, bios: Collection[str]) -> BmcSeen | str:
     try:
-        return retrier().call(read_bmc, sources, rec.node().bmc)
+        return retrier().call(read_bmc, sources, rec.name, rec.node().bmc, firmware_too, bios)
     except (DriverError, ValueError, OSError) as exc:
         return str(exc)
 
@@ -186,7 +198,8 @@ def _acceptance(newest: AcceptanceRecord | None, built: datetime | None, now: da
     if newest is None:
         return AcceptanceSeen(False)
     newer = built is None or newest.created_at >= built
-    return AcceptanceSeen(True, newest.passed, now < newest.expires_at, newer, newest.id, newest.expires_at)
+    return AcceptanceSeen(True, newest.passed, now < newest.expires_at, newer, newest.id, newest.expires_at,
+                          stored.reported_driver(newest))
 
 
 def _boot(last: tuple[dict[str, Any], datetime] | None) -> BootSeen:
@@ -197,20 +210,69 @@ def _boot(last: tuple[dict[str, Any], datetime] | None) -> BootSeen:
     return BootSeen(str(image) if image else None, str(version) if version else None, at)
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class _Reads(Generic[_T, _R]):
+    """``fn`` over ``items`` in ``workers`` daemon threads, results in order (``results`` waits for them).
+
+    Not a ThreadPoolExecutor: its workers are joined when the interpreter exits, so a Ctrl-C of
+    `racklife apply` waited out a hanging BMC's reads and retries (54 s measured) before the
+    process could end. A read is idempotent and changes nothing, so leaving one behind is safe.
+    """
+
+    def __init__(self, fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> None:
+        self._fn, self._items = fn, list(items)
+        self._done: list[tuple[bool, Any]] = [(False, None)] * len(self._items)
+        self._next = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._work, name=f"bmc-read-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                i, self._next = self._next, self._next + 1
+            if i >= len(self._items):
+                return
+            try:
+                self._done[i] = (True, self._fn(self._items[i]))
+            except BaseException as exc:  # raised in the caller's thread, as pool.map did
+                self._done[i] = (False, exc)
+
+    def results(self) -> list[_R]:
+        for t in self._threads:
+            t.join()  # a ^C interrupts the wait; the daemon threads do not hold the process
+        out: list[_R] = []
+        for ok, value in self._done:
+            if not ok:
+                raise value
+            out.append(value)
+        return out
+
+
 def observe(store: Store, records: Sequence[NodeRecord], sources: Sources,
-            pools: Mapping[str, str], clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> list[Observation]:
-    """Observe ``records``; ``pools`` maps each node to its pool's scheduler (slurm, kubernetes, none)."""
+            pools: Mapping[str, str], clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+            firmware_for: Collection[str] = (), bios_for: Mapping[str, Collection[str]] | None = None,
+            ) -> list[Observation]:
+    """Observe ``records``; ``pools`` maps each node to its pool's scheduler (slurm, kubernetes, none);
+    ``firmware_for``: nodes whose firmware versions are read even when ``sources.firmware`` is off;
+    ``bios_for``: node -> the BIOS attributes read from its BMC (those its inventory entry names)."""
+    bios_for = bios_for or {}
     now = clock()
     schedulers = {pools[r.name] for r in records}
     names = [r.name for r in records]
-    with ThreadPoolExecutor(max_workers=min(BMC_WORKERS, max(1, len(records)))) as pool:
-        reads = pool.map(lambda r: _bmc(sources, r), records)  # every BMC read starts now
-        slurm = _slurm(sources) if "slurm" in schedulers else ({}, {})
-        kube = _kube(sources) if "kubernetes" in schedulers else {}
-        boots = stored.last_boots(store, names)
-        accepted = stored.newest_acceptance(store, names)
-        built = stored.last_provisioned(store, names)
-        bmcs = list(reads)
+    reads = _Reads(lambda r: _bmc(sources, r, r.name in firmware_for, sorted(bios_for.get(r.name, ()))), records,
+                   min(BMC_WORKERS, max(1, len(records))))  # every BMC read starts now
+    slurm = _slurm(sources) if "slurm" in schedulers else ({}, {})
+    kube = _kube(sources) if "kubernetes" in schedulers else {}
+    boots = stored.last_boots(store, names)
+    accepted = stored.newest_acceptance(store, names)
+    built = stored.last_provisioned(store, names)
+    bmcs = reads.results()
     out = []
     for rec, bmc in zip(records, bmcs, strict=True):
         o = Observation(rec.name, now, rec.state, rec.pool, boot=_boot(boots.get(rec.name)),

@@ -19,8 +19,19 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from lifecycle.drivers.bmc.bios_text import as_text
 from lifecycle.model.states import State
-from lifecycle.planner.observed import Desired, Drift, Observation, Source, drift
+from lifecycle.planner.observed import (
+    Desired,
+    Drift,
+    Observation,
+    Source,
+    bios_behind,
+    drift,
+    driver_seen,
+    firmware_behind,
+    seen_version,
+)
 
 
 class Action(StrEnum):
@@ -35,14 +46,28 @@ class Action(StrEnum):
     SET_LABELS = "set-pool-labels"
     MOVE_POOL = "move-pool"
     UPDATE_FIRMWARE = "update-firmware"
+    UPDATE_DRIVER = "update-driver"
+    SET_BIOS = "set-bios"
     DECOMMISSION = "decommission"
 
 
 # The actions racklife has no workflow for yet, and the name the plan shows them with.
 NOT_YET: dict[Action, str] = {
     Action.SET_LABELS: "set a Kubernetes pool's labels",
-    Action.UPDATE_FIRMWARE: "firmware update",
 }
+
+
+@dataclass(frozen=True)
+class FirmwareUpdate:
+    """One component of a firmware step: from the version the BMC reports to the baseline's, with its image."""
+
+    component: str
+    current: str
+    version: str
+    file: str
+
+    def describe(self) -> str:
+        return f"{self.component} {self.current} -> {self.version} from {self.file}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,8 @@ class Step:
     reason: str
     detail: str = ""  # e.g. the scheduler or pool the step is about
     target: str = ""  # what the step goes to, for the runner: a reimage's NAME[:VERSION]
+    firmware: tuple[FirmwareUpdate, ...] = ()  # an update-firmware step's components
+    bios: tuple[tuple[str, str], ...] = ()  # a set-bios step's attributes, as KEY=VALUE text
 
     @property
     def implemented(self) -> bool:
@@ -64,6 +91,7 @@ class Step:
 @dataclass(frozen=True)
 class Blocker:
     kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | held | unreadable | pool-floor
+    #            | no-firmware-interface | firmware-unknown | no-bios-interface | bios-unknown | driver-unknown
     message: str
 
 
@@ -92,7 +120,9 @@ class NodePlan:
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "state": self.state,
                 "steps": [{"action": s.action.value, "reason": s.reason, "detail": s.detail, "target": s.target,
-                           "implemented": s.implemented, "describe": s.describe()} for s in self.steps],
+                           "firmware": [asdict(f) for f in s.firmware], "bios": dict(s.bios),
+                           "implemented": s.implemented,
+                           "describe": s.describe()} for s in self.steps],
                 "blockers": [asdict(b) for b in self.blockers],
                 "drift": [d.to_json() for d in self.drift]}
 
@@ -156,9 +186,17 @@ BY_DRIFT: dict[str, tuple[Action, ...]] = {
     "labels": (Action.SET_LABELS,),
     "taints": (Action.SET_LABELS,),
     "node": (Action.JOIN,),
+    # One run: leave, update through the BMC's UpdateService, read the version back, re-test, rejoin.
+    "firmware": (Action.UPDATE_FIRMWARE,),
+    # One run each: leave, the site's install hook and a power cycle (driver) or Bios/Settings and the reboot
+    # that applies them (BIOS), read back (the re-test's GPUs; the live Bios), re-test, rejoin.
+    "driver": (Action.UPDATE_DRIVER,),
+    "bios": (Action.SET_BIOS,),
 }
 BLOCKING_DRIFT: dict[str, str] = {"foreign-drain": "foreign-drain", "foreign-cordon": "foreign-cordon",
-                                  "unreadable": "unreadable"}
+                                  "unreadable": "unreadable", "firmware-unsupported": "no-firmware-interface",
+                                  "firmware-unknown": "firmware-unknown", "bios-unsupported": "no-bios-interface",
+                                  "bios-unknown": "bios-unknown", "driver-unknown": "driver-unknown"}
 
 
 # Why a step follows the one before it, when the first step's reason is not its own.
@@ -167,10 +205,35 @@ _FOLLOWS: dict[Action, str] = {
     Action.REIMAGE: "the image must change, and a node is reimaged only out of service",
 }
 # Actions that take a serving node out of its scheduler first (a pool's leave policy applies).
-LEAVES = frozenset({Action.LEAVE, Action.REIMAGE})
+LEAVES = frozenset({Action.LEAVE, Action.REIMAGE, Action.UPDATE_FIRMWARE, Action.UPDATE_DRIVER, Action.SET_BIOS})
 
 
-def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]:
+def _firmware_step(o: Observation, d: Desired, why: str) -> Step:
+    parts = tuple(FirmwareUpdate(f.component, seen_version(o, f.component) or "", f.version, f.file)
+                  for f in firmware_behind(o, d))
+    return Step(Action.UPDATE_FIRMWARE, why, "; ".join(p.describe() for p in parts) + (
+        f": leave ({d.pool.leave_policy}), update, read back, re-test at {d.pool.retest_level}, rejoin"),
+        firmware=parts)
+
+
+def _driver_step(o: Observation, d: Desired, why: str) -> Step:
+    seen, _ = driver_seen(o)
+    return Step(Action.UPDATE_DRIVER, why, f"{seen} -> {d.driver}: leave ({d.pool.leave_policy}), the site's install "
+                                           f"hook, power cycle, re-test at {d.pool.retest_level} reading "
+                                           f"{d.driver} from its GPUs, rejoin", str(d.driver))
+
+
+def _bios_step(o: Observation, d: Desired, why: str) -> Step:
+    behind = bios_behind(o, d)
+    items = list(behind.items()) if isinstance(behind, dict) else []
+    pairs = tuple((k, as_text(want)) for k, (_now, want) in items)
+    changes = ", ".join(f"{k} {as_text(now)} -> {as_text(want)}" for k, (now, want) in items)
+    return Step(Action.SET_BIOS, why, f"{changes}: leave ({d.pool.leave_policy}), stage, reboot, read back, "
+                                      f"re-test at {d.pool.retest_level}, rejoin",
+                ",".join(f"{k}={v}" for k, v in pairs), bios=pairs)
+
+
+def _steps_for(actions: Sequence[Action], reason: str, d: Desired, o: Observation) -> list[Step]:
     """The steps for ``actions``: the first carries ``reason``, the rest why they follow it."""
     out: list[Step] = []
     for a in actions:
@@ -179,6 +242,12 @@ def _steps_for(actions: Sequence[Action], reason: str, d: Desired) -> list[Step]
             target = f"{d.image}:{d.image_version}" if d.image_version else str(d.image)
             out.append(Step(a, why, f"to {target}: leave ({d.pool.leave_policy}), reprovision, re-test at "
                                     f"{d.pool.retest_level}, rejoin", target))
+        elif a is Action.UPDATE_FIRMWARE:
+            out.append(_firmware_step(o, d, why))
+        elif a is Action.UPDATE_DRIVER:
+            out.append(_driver_step(o, d, why))
+        elif a is Action.SET_BIOS:
+            out.append(_bios_step(o, d, why))
         elif a is Action.JOIN:
             step = _join(d)
             if step is not None:
@@ -214,10 +283,10 @@ def plan_node(o: Observation, d: Desired, held_by: str | None = None) -> NodePla
     if o.pool != d.node.pool:
         steps.append(Step(Action.MOVE_POOL, f"in pool {o.pool}; the inventory says {d.node.pool}", d.node.pool))
     if o.state in BY_STATE:
-        steps += _steps_for(BY_STATE[o.state], _STATE_REASON.get(o.state, ""), d)
+        steps += _steps_for(BY_STATE[o.state], _STATE_REASON.get(o.state, ""), d, o)
     elif o.state is State.IN_SERVICE:
         for x in found:
-            steps += _steps_for(BY_DRIFT.get(x.kind, ()), f"{x.source.value}: {x.message}", d)
+            steps += _steps_for(BY_DRIFT.get(x.kind, ()), f"{x.source.value}: {x.message}", d, o)
     steps = _dedupe(steps)
     leave_first = any(s.action in LEAVES for s in steps)
     if leave_first and o.slurm is not None and o.slurm.jobs and d.pool.leave_policy == "wait":
@@ -270,4 +339,4 @@ def _keep_floors(nodes: Sequence[NodePlan], seen: Mapping[str, Observation], flo
             p.steps = []
 
 
-__all__ = ["Action", "Blocker", "Floor", "NodePlan", "Plan", "Source", "Step", "plan", "plan_node"]
+__all__ = ["Action", "Blocker", "FirmwareUpdate", "Floor", "NodePlan", "Plan", "Source", "Step", "plan", "plan_node"]

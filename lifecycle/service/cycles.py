@@ -1,8 +1,9 @@
 """Phase times of role swaps and upgrades, read back from the node history for the metrics.
 
-A role swap or an upgrade runs one node cycle (``lifecycle/workflows/node_cycle.py``)
-and records, per node, one history row (``racklife_node_changes``: kind
-``role-swap``, or the change's kind ``image``, ``firmware``, ``bios``) whose
+A role swap, an upgrade, or an elastic lend or reclaim runs one node cycle
+(``lifecycle/workflows/node_cycle.py``) and records, per node, one history row
+(``racklife_node_changes``: kind ``role-swap``, the change's kind ``image``,
+``firmware``, ``bios``, or ``lend``, ``reclaim``) whose
 reason is ``run <id>: `` and ``node_cycle.summary``'s line: the verdict, then
 each phase's seconds (``drain wait 12.0 s, switch 3.5 s, retest 1.0 s, join
 2.0 s``). The store is the one record of what happened, so the per-phase
@@ -24,7 +25,7 @@ from lifecycle.store import Store, db
 
 # history kind -> the workflow that writes it (the metric's label)
 CYCLE_KINDS: dict[str, str] = {"role-swap": "role_swap", "image": "upgrade", "firmware": "upgrade",
-                               "bios": "upgrade"}
+                               "bios": "upgrade", "lend": "lend", "reclaim": "reclaim"}
 _LINE = re.compile(r"^run (?P<run>[^:]+): (?P<verdict>done|failed, node \S+); (?P<times>[^;]*);")
 _TIME = re.compile(r"^(?P<phase>[a-z][a-z0-9 .-]*) (?P<s>\d+(?:\.\d+)?) s$")
 

@@ -27,7 +27,7 @@ from lifecycle.model.skus import SKUS
 from lifecycle.model.states import State
 from lifecycle.planner.observed import Desired, Drift, Observation, drift
 from lifecycle.service.cycles import CycleRow, read_cycles
-from lifecycle.store import NodeRecord, Store, db
+from lifecycle.store import NodeRecord, Store, bmc_calls, db, health, repair_breaker
 from lifecycle.store import observations as stored_observations
 
 
@@ -123,6 +123,10 @@ class Fleet:
     drift: tuple[Drift, ...]
     floors: dict[str, int] = field(default_factory=dict)  # pool -> min_nodes (0: no floor)
     cycles: tuple[CycleRow, ...] = ()  # role swaps and upgrades with their phase times
+    breakers: tuple[repair_breaker.BreakerCount, ...] = ()  # each pool's repair circuit breaker
+    bmc_errors: tuple[bmc_calls.CallErrorCount, ...] = ()  # failed BMC calls by driver, vendor and class
+    partitions: dict[str, str] = field(default_factory=dict)  # Slurm pool -> its partition
+    health: dict[tuple[str, str], int] = field(default_factory=dict)  # (pool, outcome) -> Xid events recorded
 
     def pool_of(self, node: str) -> str:
         return next((n.pool for n in self.nodes if n.name == node), "")
@@ -187,7 +191,9 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     with store.engine.connect() as conn:
         specs = {r.name: r.spec for r in conn.execute(sa.select(db.pools.c.name, db.pools.c.spec))}
     pools = tuple(sorted(set(specs) | {n.pool for n in nodes}))
-    floors = {p: Pool.model_validate(json.loads(spec)).min_nodes for p, spec in specs.items() if spec}
+    parsed = {p: Pool.model_validate(json.loads(spec)) for p, spec in specs.items() if spec}
+    floors = {p: pool.min_nodes for p, pool in parsed.items()}
+    partitions = {p: pool.partition for p, pool in parsed.items() if pool.scheduler == "slurm" and pool.partition}
     observed: dict[str, Observation] = {}
     unreadable: list[str] = []
     for name, (_at, doc) in stored_observations.load(store).items():
@@ -204,7 +210,8 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
             pool = pool_specs.setdefault(rec.pool, store.pool(rec.pool))
             found += drift(observed[rec.name], Desired(spec, pool, spec.image, None))
     return Fleet(now, pools, nodes, _runs(store), _acceptance(store, {n.name: n.sku for n in nodes}),
-                 observed, tuple(sorted(unreadable)), tuple(found), floors, read_cycles(store))
+                 observed, tuple(sorted(unreadable)), tuple(found), floors, read_cycles(store),
+                 repair_breaker.counts(store), bmc_calls.counts(store), partitions, dict(health.counts(store)))
 
 
 def by_pool(nodes: Sequence[NodeRow]) -> dict[str, list[NodeRow]]:

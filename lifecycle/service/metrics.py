@@ -35,8 +35,9 @@ from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
 from lifecycle.model.states import State
+from lifecycle.service import queue as slurm_queue
 from lifecycle.service.fleet import CAPACITY, SERVING, Capacity, Fleet, by_pool, read_fleet
-from lifecycle.store import Store
+from lifecycle.store import Store, health
 
 # Run durations span a power cycle (minutes) to a rack's acceptance (hours).
 DURATION_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800,
@@ -65,6 +66,18 @@ METRICS: dict[str, str] = {
     "racklife_acceptance_records": "Acceptance records by SKU and outcome (pass or fail).",
     "racklife_acceptance_checks": "Judged acceptance findings by SKU, check and verdict.",
     "racklife_acceptance_last_pass_age_seconds": "Seconds since each node's newest passing acceptance record.",
+    "racklife_bmc_call_errors": "Failed BMC calls by driver (redfish, ipmi), vendor (as the BMC named itself; "
+                                "unknown if it never did) and class (timeout, connection, tls, auth, http_4xx, "
+                                "http_5xx, throttled, protocol, ipmi_completion).",
+    "racklife_health_events": "Xid events racklife serve read from nodes' kernel logs, by pool and what became of "
+                              "them (pending, started, breaker_open, refused, none, covered, repaired, failed, "
+                              "quarantined).",
+    "racklife_repair_breaker_open": "1 while the pool's repair circuit breaker is open: as many nodes under repair "
+                                    "as max_repair_percent allows, so new automatic repairs are refused.",
+    "racklife_repair_breaker_repairs": "Nodes of the pool the repair circuit breaker counts: repairing, or leased "
+                                       "to a repair run.",
+    "racklife_repair_breaker_limit": "Repairs the pool's breaker allows at once (max_repair_percent of its nodes, "
+                                     "at least one).",
 }
 
 
@@ -196,14 +209,49 @@ def _cycles(f: Fleet) -> Iterator[Metric]:
     yield hist
 
 
-_FAMILIES: tuple[Callable[[Fleet], Iterator[Metric]], ...] = (_nodes, _observed, _runs, _acceptance, _cycles)
+def _breakers(f: Fleet) -> Iterator[Metric]:
+    is_open = _g("racklife_repair_breaker_open", ["pool"])
+    repairs = _g("racklife_repair_breaker_repairs", ["pool"])
+    limit = _g("racklife_repair_breaker_limit", ["pool"])
+    for b in f.breakers:
+        is_open.add_metric([b.pool], 1 if b.open else 0)
+        repairs.add_metric([b.pool], len(b.repairing))
+        limit.add_metric([b.pool], b.limit)
+    yield from (is_open, repairs, limit)
+
+
+def _health(f: Fleet) -> Iterator[Metric]:
+    events = _g("racklife_health_events", ["pool", "outcome"])
+    for pool in f.pools:
+        for outcome in health.Outcome:
+            events.add_metric([pool, outcome.value], f.health.get((pool, outcome.value), 0))
+    yield events
+
+
+def _bmc_errors(f: Fleet) -> Iterator[Metric]:
+    errors = _c("racklife_bmc_call_errors", ["driver", "vendor", "class"])
+    for e in f.bmc_errors:
+        errors.add_metric([e.hardware_type, e.vendor, e.error_class], e.count)
+    yield errors
+
+
+_FAMILIES: tuple[Callable[[Fleet], Iterator[Metric]], ...] = (_nodes, _observed, _runs, _acceptance, _cycles,
+                                                              _breakers, _health, _bmc_errors)
+
+
+# Every metric a scrape can carry: the store's, and the Slurm queue's when a queue reader is given.
+ALL_METRICS: dict[str, str] = METRICS | slurm_queue.HELP
 
 
 class FleetCollector(Collector):
-    """Reads the store at each scrape; ``clock`` is injected so tests pin the ages."""
+    """Reads the store at each scrape; ``clock`` is injected so tests pin the ages.
 
-    def __init__(self, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.store, self.clock = store, clock
+    ``queue``: Slurm's queue, read live at each scrape too (``lifecycle/service/queue.py``); None: not read.
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 queue: slurm_queue.QueueReader | None = None) -> None:
+        self.store, self.clock, self.queue = store, clock, queue
 
     def describe(self) -> list[Metric]:
         return []  # nothing to read at registration: the store is read per scrape
@@ -212,22 +260,27 @@ class FleetCollector(Collector):
         fleet = read_fleet(self.store, self.clock())
         for family in _FAMILIES:
             yield from family(fleet)
+        if self.queue is not None:
+            yield from slurm_queue.families(self.queue, fleet.partitions, fleet.at)
 
 
-def registry(store: Store, clock: Callable[[], datetime] | None = None) -> CollectorRegistry:
+Queue = slurm_queue.QueueReader | None
+
+
+def registry(store: Store, clock: Callable[[], datetime] | None = None, queue: Queue = None) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(FleetCollector(store, clock) if clock else FleetCollector(store))
+    reg.register(FleetCollector(store, clock, queue) if clock else FleetCollector(store, queue=queue))
     return reg
 
 
-def render(store: Store, clock: Callable[[], datetime] | None = None) -> str:
+def render(store: Store, clock: Callable[[], datetime] | None = None, queue: Queue = None) -> str:
     """The metrics in Prometheus's text format, as a scrape would see them."""
-    return generate_latest(registry(store, clock)).decode()
+    return generate_latest(registry(store, clock, queue)).decode()
 
 
-def wsgi_app(store: Store, clock: Callable[[], datetime] | None = None) -> Any:
+def wsgi_app(store: Store, clock: Callable[[], datetime] | None = None, queue: Queue = None) -> Any:
     """A WSGI app answering ``/metrics`` (any path, as prometheus_client does) from the store."""
-    return make_wsgi_app(registry(store, clock))
+    return make_wsgi_app(registry(store, clock, queue))
 
 
 @dataclass
@@ -252,23 +305,25 @@ class MetricsServer:
 
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 9464,
-          clock: Callable[[], datetime] | None = None) -> MetricsServer:
+          clock: Callable[[], datetime] | None = None, queue: Queue = None) -> MetricsServer:
     """Serve the metrics on ``host:port`` in a background thread (port 0: any free port)."""
     from wsgiref.simple_server import make_server
 
-    server = make_server(host, port, wsgi_app(store, clock), ThreadingWSGIServer, handler_class=_SilentHandler)
+    server = make_server(host, port, wsgi_app(store, clock, queue), ThreadingWSGIServer,
+                         handler_class=_SilentHandler)
     thread = threading.Thread(target=server.serve_forever, name="racklife-metrics", daemon=True)
     thread.start()
     return MetricsServer(server, thread)
 
 
-def write_textfile(store: Store, path: Path, clock: Callable[[], datetime] | None = None) -> None:
+def write_textfile(store: Store, path: Path, clock: Callable[[], datetime] | None = None,
+                   queue: Queue = None) -> None:
     """Write the metrics to ``path`` atomically (a temp file in the same directory, then rename).
 
     node exporter's textfile collector may read the file at any moment; it
     must see the old content or the new, never half of it.
     """
-    text = render(store, clock)
+    text = render(store, clock, queue)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:

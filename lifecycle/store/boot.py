@@ -22,6 +22,24 @@ from sqlalchemy.exc import IntegrityError
 from lifecycle.store import db
 from lifecycle.store.store import Store
 
+# The statements of every boot, built once (store.py says why); values come in as bound parameters.
+_t = db.boot_tokens
+_CLAIM = sa.insert(db.effects)
+_SUPERSEDED = json.dumps({"superseded": True})
+_SUPERSEDE = (sa.update(_t).where(_t.c.node == sa.bindparam("b_node"), _t.c.used_at.is_(None))
+              .values(used_at=sa.bindparam("b_at"), script="", report=sa.bindparam("b_report")))
+_FORGET = sa.delete(_t).where(_t.c.run_id == sa.bindparam("b_run"), _t.c.attempt == sa.bindparam("b_attempt"))
+_ISSUE = sa.insert(_t)
+_TOKEN = sa.select(_t).where(_t.c.token_sha256 == sa.bindparam("b_sha"))
+_SPEND = (sa.update(_t).where(_t.c.token_sha256 == sa.bindparam("b_sha"), _t.c.used_at.is_(None))
+          .values(used_at=sa.bindparam("b_at"), script="", report=sa.bindparam("b_report")))
+_PHONED = (sa.select(_t.c.used_at, _t.c.report)
+           .where(_t.c.run_id == sa.bindparam("b_run"), _t.c.attempt == sa.bindparam("b_attempt")))
+_SPENT = (sa.select(_t.c.run_id, _t.c.attempt)
+          .where(_t.c.run_id.in_(sa.bindparam("b_runs", expanding=True)), _t.c.used_at.is_not(None)))
+_PENDING = (sa.select(_t.c.script, _t.c.expires_at)
+            .where(_t.c.boot_mac == sa.bindparam("b_mac"), _t.c.used_at.is_(None))
+            .order_by(_t.c.issued_at.desc()).limit(1))
 
 def _sha(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
@@ -56,8 +74,7 @@ def claim_boot(store: Store, claim: str, node: str, boot_mac: str, run_id: str, 
     """
     try:
         with store._tx() as conn:
-            conn.execute(sa.insert(db.effects).values(token=claim, node=node, action="power_cycle",
-                                                      at=_now()))
+            conn.execute(_CLAIM, {"token": claim, "node": node, "action": "power_cycle", "at": _now()})
             _issue(conn, node, boot_mac, run_id, attempt, render, ttl)
     except IntegrityError:
         return False
@@ -68,22 +85,15 @@ def _issue(conn: sa.Connection, node: str, boot_mac: str, run_id: str, attempt: 
            render: Callable[[str], str], ttl: timedelta) -> None:
     token = secrets.token_urlsafe(24)
     now = _now()
-    conn.execute(sa.update(db.boot_tokens)
-                 .where(db.boot_tokens.c.node == node, db.boot_tokens.c.used_at.is_(None))
-                 .values(used_at=now, script="", report=json.dumps({"superseded": True})))
-    conn.execute(sa.delete(db.boot_tokens).where(db.boot_tokens.c.run_id == run_id,
-                                                 db.boot_tokens.c.attempt == attempt))
-    conn.execute(sa.insert(db.boot_tokens).values(
-        token_sha256=_sha(token), node=node, boot_mac=boot_mac, run_id=run_id, attempt=attempt,
-        script=render(token), issued_at=now, expires_at=now + ttl))
+    conn.execute(_SUPERSEDE, {"b_node": node, "b_at": now, "b_report": _SUPERSEDED})
+    conn.execute(_FORGET, {"b_run": run_id, "b_attempt": attempt})
+    conn.execute(_ISSUE, {"token_sha256": _sha(token), "node": node, "boot_mac": boot_mac, "run_id": run_id,
+                          "attempt": attempt, "script": render(token), "issued_at": now, "expires_at": now + ttl})
 
 
 def pending_script(store: Store, mac: str) -> str | None:
-    q = (sa.select(db.boot_tokens.c.script, db.boot_tokens.c.expires_at)
-         .where(db.boot_tokens.c.boot_mac == mac.lower(), db.boot_tokens.c.used_at.is_(None))
-         .order_by(db.boot_tokens.c.issued_at.desc()).limit(1))
     with store._read() as conn:
-        row = conn.execute(q).first()
+        row = conn.execute(_PENDING, {"b_mac": mac.lower()}).first()
     if row is None or _aware(row.expires_at) < _now():
         return None
     return str(row.script)
@@ -108,7 +118,7 @@ def redeem(store: Store, token: str, node: str, report: dict[str, Any]) -> Redee
 
 def _redeem(conn: sa.Connection, token: str, node: str, report: dict[str, Any]) -> Redeemed:
     now = _now()
-    row = conn.execute(sa.select(db.boot_tokens).where(db.boot_tokens.c.token_sha256 == _sha(token))).first()
+    row = conn.execute(_TOKEN, {"b_sha": _sha(token)}).first()
     if row is None:
         return Redeemed(False, "unknown token")
     if row.used_at is not None:
@@ -117,10 +127,7 @@ def _redeem(conn: sa.Connection, token: str, node: str, report: dict[str, Any]) 
         return Redeemed(False, "token expired")
     if row.node != node:
         return Redeemed(False, f"token was issued to another node, not {node}")
-    res = conn.execute(sa.update(db.boot_tokens)
-                       .where(db.boot_tokens.c.token_sha256 == row.token_sha256,
-                              db.boot_tokens.c.used_at.is_(None))
-                       .values(used_at=now, script="", report=json.dumps(report, sort_keys=True)))
+    res = conn.execute(_SPEND, {"b_sha": row.token_sha256, "b_at": now, "b_report": json.dumps(report, sort_keys=True)})
     if res.rowcount != 1:
         return Redeemed(False, "token already used (replay refused)")
     return Redeemed(True, "", row.run_id, row.attempt)
@@ -151,10 +158,8 @@ def phoned_home(store: Store, run_id: str, attempt: int) -> tuple[bool, dict[str
 
     ``(True, None)``: spent without a phone-home (superseded by a later boot of the node).
     """
-    q = (sa.select(db.boot_tokens.c.used_at, db.boot_tokens.c.report)
-         .where(db.boot_tokens.c.run_id == run_id, db.boot_tokens.c.attempt == attempt))
     with store._read() as conn:
-        row = conn.execute(q).first()
+        row = conn.execute(_PHONED, {"b_run": run_id, "b_attempt": attempt}).first()
     if row is None or row.used_at is None:
         return False, None
     report = json.loads(row.report) if row.report else {}
@@ -167,7 +172,5 @@ def spent(store: Store, run_ids: Collection[str]) -> set[tuple[str, int]]:
     """The (run, attempt) boots among ``run_ids`` whose token is spent (redeemed or superseded)."""
     if not run_ids:
         return set()
-    q = (sa.select(db.boot_tokens.c.run_id, db.boot_tokens.c.attempt)
-         .where(db.boot_tokens.c.run_id.in_(sorted(run_ids)), db.boot_tokens.c.used_at.is_not(None)))
     with store._read() as conn:
-        return {(r.run_id, r.attempt) for r in conn.execute(q)}
+        return {(r.run_id, r.attempt) for r in conn.execute(_SPENT, {"b_runs": sorted(run_ids)})}

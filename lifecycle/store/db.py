@@ -55,6 +55,7 @@ transitions = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("run_id", sa.String(128), nullable=True, index=True),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("operator", sa.String(128), nullable=True),  # who asked (lifecycle.store.operators); NULL before 0008
 )
 
 acceptance_records = sa.Table(
@@ -166,6 +167,81 @@ node_changes = sa.Table(
     sa.Column("actor", sa.String(16), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("operator", sa.String(128), nullable=True),  # who asked; NULL before 0008
+)
+
+# Who started each run (a command's operator, or the service's identity), so every row the run
+# writes carries the name, in whichever process runs it.
+run_operators = sa.Table(
+    "racklife_run_operators",
+    metadata,
+    sa.Column("run_id", sa.String(128), primary_key=True),
+    sa.Column("operator", sa.String(128), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+# Every failed BMC call a workflow made (lifecycle/drivers/bmc/call_errors.py): append-only, so the
+# metrics count them as a counter. ``vendor`` is the driver's identification, else the node's last one.
+bmc_call_errors = sa.Table(
+    "racklife_bmc_call_errors",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(63), nullable=False, index=True),
+    sa.Column("hardware_type", sa.String(16), nullable=False),  # redfish | ipmi
+    sa.Column("vendor", sa.String(64), nullable=False),  # "unknown" when never identified
+    sa.Column("error_class", sa.String(32), nullable=False),  # CallErrorClass
+    sa.Column("message", sa.Text, nullable=False),  # redacted by the driver's error, cut to 500 characters
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# The vendor each node's BMC last named (service root and system, or IPMI FRU), so that a call that
+# fails before the driver identified the BMC (a timeout on the first request) still has a vendor.
+bmc_vendors = sa.Table(
+    "racklife_bmc_vendors",
+    metadata,
+    sa.Column("node", sa.String(63), primary_key=True),
+    sa.Column("hardware_type", sa.String(16), nullable=False),
+    sa.Column("vendor", sa.String(64), nullable=False),
+    sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# GPU health events seen on nodes (an Xid in a node's kernel log), once each, and what became of them:
+# the repair the table chose, the run that did it, or why none was started (the breaker open, refused).
+health_events = sa.Table(
+    "racklife_health_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), nullable=False, index=True),
+    sa.Column("source", sa.String(32), nullable=False),  # kernel_log
+    sa.Column("xid", sa.Integer, nullable=False),
+    sa.Column("pci", sa.String(32), nullable=False),
+    sa.Column("logged_at", sa.String(64), nullable=False),  # the line's own timestamp, as the log printed it
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("bucket", sa.String(64), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),  # the repair table's action
+    sa.Column("outcome", sa.String(16), nullable=False),  # health.Outcome
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("run_id", sa.String(128), nullable=True),
+    sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.UniqueConstraint("node", "source", "xid", "pci", "logged_at", name="uq_racklife_health_events_line"),
+)
+
+# What a run's step is waiting on for a node right now (BMC power, phone-home, burn-in, the drain of
+# a job, the eviction of a pod), written by the workflows' wait loops through one helper
+# (lifecycle.workflows.waiting) and read by every front end's progress display, also for a run
+# another process (racklife serve) executes. A row lives as long as the wait; no foreign key, so a
+# stale row never blocks a rename or a decommission.
+waits = sa.Table(
+    "racklife_waits",
+    metadata,
+    sa.Column("run_id", sa.String(128), primary_key=True),
+    sa.Column("node", sa.String(63), primary_key=True),
+    sa.Column("phase", sa.String(32), nullable=False),  # the step in words: leave, boot, burn-in, ...
+    sa.Column("waiting_on", sa.Text, nullable=False),  # what, in words: "drain of job 12 (alice)"
+    sa.Column("since", sa.DateTime(timezone=True), nullable=False),  # when this wait began
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
 
 

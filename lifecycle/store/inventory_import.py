@@ -41,7 +41,7 @@ from sqlalchemy.engine import Connection
 
 from lifecycle.model.inventory import Inventory, Node
 from lifecycle.model.states import Actor, State
-from lifecycle.store import db
+from lifecycle.store import db, operators
 from lifecycle.store.errors import known
 
 # A node whose spec may not change under it: a scheduler is using it.
@@ -223,6 +223,7 @@ def apply(conn: Connection, inv: Inventory, worked_out: Plan, actor: Actor, reas
         raise ValueError("apply() of a refused import")
     matched = worked_out.matched
     report = ImportReport(removed=worked_out.removed)
+    who = operators.current()
     for old_name, kept in worked_out.archive.items():
         serial = conn.execute(sa.select(db.nodes.c.serial).where(db.nodes.c.name == old_name)).scalar_one()
         _rename(conn, old_name, kept)
@@ -231,7 +232,7 @@ def apply(conn: Connection, inv: Inventory, worked_out: Plan, actor: Actor, reas
         report.changes.append(change)
         conn.execute(sa.insert(db.node_changes).values(
             node=kept, serial=serial, kind="rename", old=old_name, new=kept, actor=actor.value,
-            reason=f"{reason}: decommissioned; its name passes to another server", at=now))
+            reason=f"{reason}: decommissioned; its name passes to another server", at=now, operator=who))
     for name in inv.pool_names():
         pool_spec = json.dumps(inv.pool(name).model_dump(mode="json"), sort_keys=True)
         conn.execute(sa.delete(db.pools).where(db.pools.c.name == name))
@@ -246,7 +247,7 @@ def apply(conn: Connection, inv: Inventory, worked_out: Plan, actor: Actor, reas
                 name=node.name, state=State.ENROLLED.value, state_since=now, generation=0, **values))
             conn.execute(sa.insert(db.transitions).values(
                 node=node.name, source=None, target=State.ENROLLED.value,
-                event="enroll", actor=actor.value, reason=reason, run_id=None, at=now))
+                event="enroll", actor=actor.value, reason=reason, run_id=None, at=now, operator=who))
             report.added.append(node.name)
             continue
         changes = _changes(row, node, spec)
@@ -262,6 +263,6 @@ def apply(conn: Connection, inv: Inventory, worked_out: Plan, actor: Actor, reas
         for c in changes:
             conn.execute(sa.insert(db.node_changes).values(
                 node=c.node, serial=c.serial, kind=c.kind, old=c.old, new=c.new,
-                actor=actor.value, reason=reason, at=now))
+                actor=actor.value, reason=reason, at=now, operator=who))
         report.changes += changes
     return report

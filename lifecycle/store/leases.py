@@ -65,17 +65,23 @@ class LeaseOutcome:
         return not self.held
 
 
+# Built once: every run takes and gives back its nodes' leases (store.py says why).
+_LEASES_OF = sa.select(db.leases).where(db.leases.c.node.in_(sa.bindparam("b_nodes", expanding=True)))
+_NAMES_OF = sa.select(db.nodes.c.name).where(db.nodes.c.name.in_(sa.bindparam("b_nodes", expanding=True)))
+_TAKE = sa.insert(db.leases)
+_RELEASE = sa.delete(db.leases).where(db.leases.c.run_id == sa.bindparam("b_run")).returning(db.leases.c.node)
+
+
 def _lease(r: sa.Row[tuple[str, str, str, datetime]]) -> Lease:
     return Lease(r.node, r.run_id, r.workflow, _aware(r.taken_at))
 
 
 def holders(store: Store, nodes: Collection[str] | None = None) -> dict[str, Lease]:
     """The lease on each node that has one (every lease when ``nodes`` is None)."""
-    q = sa.select(db.leases)
-    if nodes is not None:
-        q = q.where(db.leases.c.node.in_(list(nodes)))
-    with store.engine.connect() as conn:
-        return {r.node: _lease(r) for r in conn.execute(q)}
+    with store._read() as conn:  # SQLite: no write lock for a read (every run reads its nodes' leases)
+        rows = (conn.execute(sa.select(db.leases)) if nodes is None
+                else conn.execute(_LEASES_OF, {"b_nodes": list(nodes)}))
+        return {r.node: _lease(r) for r in rows}
 
 
 def take(store: Store, nodes: Sequence[str], run_id: str, workflow: str,
@@ -88,19 +94,18 @@ def take(store: Store, nodes: Sequence[str], run_id: str, workflow: str,
     """
     now = _now()
     with store.engine.begin() as conn:
-        known = {r.name for r in conn.execute(sa.select(db.nodes.c.name).where(db.nodes.c.name.in_(list(nodes))))}
+        known = {r.name for r in conn.execute(_NAMES_OF, {"b_nodes": list(nodes)})}
         for n in nodes:
             if n not in known:
                 raise NodeNotFound(n)
-        current = {r.node: _lease(r) for r in conn.execute(
-            sa.select(db.leases).where(db.leases.c.node.in_(list(nodes))))}
+        current = {r.node: _lease(r) for r in conn.execute(_LEASES_OF, {"b_nodes": list(nodes)})}
         held = {n: le for n, le in current.items() if le.run_id != run_id and le.run_id not in replaceable}
         if held:
             return LeaseOutcome((), held)
         for n in dict.fromkeys(nodes):
             lease = current.get(n)
             if lease is None:
-                conn.execute(sa.insert(db.leases).values(node=n, run_id=run_id, workflow=workflow, taken_at=now))
+                conn.execute(_TAKE, {"node": n, "run_id": run_id, "workflow": workflow, "taken_at": now})
             elif lease.run_id != run_id:
                 # Guarded by the old holder: a concurrent take of the same node loses here.
                 res = conn.execute(sa.update(db.leases)
@@ -113,12 +118,14 @@ def take(store: Store, nodes: Sequence[str], run_id: str, workflow: str,
 
 def release(store: Store, run_id: str, nodes: Collection[str] | None = None) -> list[str]:
     """Release the run's leases (on ``nodes`` only, if given); return the nodes released."""
-    cond = [db.leases.c.run_id == run_id]
-    if nodes is not None:
-        cond.append(db.leases.c.node.in_(list(nodes)))
     with store.engine.begin() as conn:
-        released = [r.node for r in conn.execute(sa.select(db.leases.c.node).where(*cond))]
-        conn.execute(sa.delete(db.leases).where(*cond))
+        if nodes is None:
+            rows = conn.execute(_RELEASE, {"b_run": run_id})
+        else:
+            rows = conn.execute(sa.delete(db.leases).where(db.leases.c.run_id == run_id,
+                                                          db.leases.c.node.in_(list(nodes)))
+                                .returning(db.leases.c.node))
+        released = [r.node for r in rows]
     return sorted(released)
 
 

@@ -40,6 +40,20 @@ def load(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[
                 for r in conn.execute(q)}
 
 
+# The findings of an acceptance record that carry the driver version the node's own GPUs reported: the
+# profile's driver check (every gpu check) and the controller's comparison with the version a driver
+# change asked for (``acceptance.judge``'s ``result.driver``).
+DRIVER_FINDINGS = ("gpu.driver", "result.driver")
+
+
+def reported_driver(record: AcceptanceRecord) -> str | None:
+    """The driver version the node's GPUs reported in ``record``; None when it reports none, or two."""
+    findings = record.summary.get("findings") if isinstance(record.summary, dict) else None
+    seen = {str(f["measured"]) for f in findings or []
+            if isinstance(f, dict) and f.get("check") in DRIVER_FINDINGS and isinstance(f.get("measured"), str)}
+    return seen.pop() if len(seen) == 1 else None
+
+
 def last_boot(store: Store, node: str) -> tuple[dict[str, Any], datetime] | None:
     """The report of the node's newest phone-home, with its time, or None if it never phoned home."""
     t = db.boot_tokens

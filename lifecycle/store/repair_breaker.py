@@ -94,6 +94,13 @@ def count(store: Store, pool: str, node: str = "") -> BreakerCount:
         return _count(conn, pool, node, lock=False)
 
 
+def counts(store: Store) -> tuple[BreakerCount, ...]:
+    """Every pool's breaker now, in pool order (reads only: the metrics, a status view)."""
+    with store.engine.connect() as conn:
+        pools = [r.name for r in conn.execute(sa.select(db.pools.c.name).order_by(db.pools.c.name))]
+        return tuple(_count(conn, pool, "", lock=False) for pool in pools)
+
+
 def take(store: Store, node: str, run_id: str, *, automatic: bool,
          replaceable: tuple[str, ...] = ()) -> RepairTake:
     """Lease ``node`` to the repair run ``run_id`` if the breaker allows it: one transaction.

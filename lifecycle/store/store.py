@@ -35,7 +35,7 @@ from lifecycle.model.states import (
     Transition,
     next_state,
 )
-from lifecycle.store import connect, db, inventory_import
+from lifecycle.store import connect, db, inventory_import, operators
 from lifecycle.store.errors import NodeNotFound as NodeNotFound  # re-exported: imported from here too
 from lifecycle.store.errors import StoreError as StoreError
 from lifecycle.store.errors import known
@@ -84,6 +84,7 @@ class NodeChange:
     actor: Actor
     reason: str
     at: datetime
+    operator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,20 @@ def _announce(fresh: Sequence[tuple[Transition, float | None]]) -> None:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+# The statements of the hot paths (a node's read, every state move), built once: SQLAlchemy builds
+# and keys a statement written inline on every call, about four times the cost of running a built
+# one (``bench/provision.py`` makes several per node). Values come in as bound parameters.
+_NODE = sa.select(db.nodes).where(db.nodes.c.name == sa.bindparam("b_name"))
+_STATE = sa.select(db.nodes.c.state, db.nodes.c.state_since).where(db.nodes.c.name == sa.bindparam("b_name"))
+_LAST_MOVE = (sa.select(db.transitions).where(db.transitions.c.node == sa.bindparam("b_name"))
+              .order_by(db.transitions.c.id.desc()).limit(1))
+_MOVE = (sa.update(db.nodes)
+         .where(db.nodes.c.name == sa.bindparam("b_name"), db.nodes.c.state == sa.bindparam("b_from"))
+         .values(state=sa.bindparam("b_to"), state_since=sa.bindparam("b_at"),
+                 generation=db.nodes.c.generation + 1))
+_RECORD_MOVE = sa.insert(db.transitions)
 
 
 _known = known
@@ -171,7 +186,12 @@ class Store:
             worked_out = inventory_import.plan(conn, inv)
             if worked_out.problems:
                 raise ImportRefused(worked_out.problems)
-            return inventory_import.apply(conn, inv, worked_out, actor, redact(reason), _now())
+            report = inventory_import.apply(conn, inv, worked_out, actor, redact(reason), _now())
+        for name in report.added:  # a new node's first transition (none -> enrolled), after the commit
+            events.emit(events.Event("transition", name, None, "enroll", State.ENROLLED.value, None,
+                                     {"source": None, "target": State.ENROLLED.value, "actor": actor.value,
+                                      "reason": redact(reason)}))
+        return report
 
     def changes(self, name: str) -> list[NodeChange]:
         """The record changes of a node (renames, pool, BMC, other fields), oldest first, following its serial."""
@@ -179,8 +199,8 @@ class Store:
         q = (sa.select(db.node_changes).where(db.node_changes.c.serial == serial)
              .order_by(db.node_changes.c.id))
         with self._read() as conn:
-            return [NodeChange(r.node, r.serial, r.kind, r.old, r.new, Actor(r.actor), r.reason, _aware(r.at))
-                    for r in conn.execute(q)]
+            return [NodeChange(r.node, r.serial, r.kind, r.old, r.new, Actor(r.actor), r.reason, _aware(r.at),
+                               r.operator) for r in conn.execute(q)]
 
     # ------------------------------------------------------------ reads
 
@@ -191,7 +211,7 @@ class Store:
 
     def get(self, name: str) -> NodeRecord:
         with self._read() as conn:
-            row = conn.execute(sa.select(db.nodes).where(db.nodes.c.name == name)).first()
+            row = conn.execute(_NODE, {"b_name": name}).first()
         if row is None:
             raise NodeNotFound(name)
         return self._record(row)
@@ -226,7 +246,7 @@ class Store:
             return [
                 Transition(r.node, _known(State, r.source, name) if r.source else None,
                            _known(State, r.target, name), r.event, _known(Actor, r.actor, name),
-                           r.reason, r.run_id, _aware(r.at))
+                           r.reason, r.run_id, _aware(r.at), r.operator)
                 for r in conn.execute(q)
             ]
 
@@ -267,30 +287,34 @@ class Store:
         if not moves:
             raise StoreError("transitions needs at least one move")
         with self._tx() as conn:
+            row = conn.execute(_STATE, {"b_name": name}).first()
+            if row is None:
+                raise NodeNotFound(name)
+            current = _known(State, row.state, name)
             if run_id is not None:
-                row = conn.execute(sa.select(db.nodes.c.state).where(db.nodes.c.name == name)).first()
-                if row is None:
-                    raise NodeNotFound(name)
-                replayed = self._replayed(conn, name, _known(State, row.state, name), moves[-1][0], run_id)
+                replayed = self._replayed(conn, name, current, moves[-1][0], run_id)
                 if replayed is not None:
                     return replayed
+            # The moves after the first start where the previous one left the node, in this
+            # transaction: the node's row and the run's operator are read once, not per move.
             fresh: list[tuple[Transition, float | None]] = []
-            done = [self._apply(conn, name, event, actor, reason, run_id, None, fresh)
-                    for event, reason in moves]
+            at: tuple[State, datetime | None] = (current, row.state_since)
+            who = operators.of_run(conn, run_id)
+            for event, reason in moves:
+                done = self._move(conn, name, event, actor, reason, run_id, None, at, who, fresh)
+                at = (done.target, done.at)
         _announce(fresh)
-        return done[-1]
+        return done
 
     @staticmethod
     def _replayed(conn: Connection, name: str, current: State, event: str, run_id: str) -> Transition | None:
         """The recorded transition if ``event`` by ``run_id`` is what put the node where it is."""
-        last = conn.execute(
-            sa.select(db.transitions).where(db.transitions.c.node == name)
-            .order_by(db.transitions.c.id.desc()).limit(1)).first()
+        last = conn.execute(_LAST_MOVE, {"b_name": name}).first()
         if (last is not None and last.run_id == run_id and last.event == event
                 and last.target == current.value):
             source = State(last.source) if last.source else None
             return Transition(name, source, current, event, Actor(last.actor), last.reason, run_id,
-                              _aware(last.at))
+                              _aware(last.at), last.operator)
         return None
 
     def _apply(self, conn: Connection, name: str, event: str, actor: Actor, reason: str,
@@ -298,10 +322,7 @@ class Store:
                fresh: list[tuple[Transition, float | None]] | None = None) -> Transition:
         """Apply one move; a move actually made (not a replay) is appended to ``fresh`` with the
         seconds the node spent in its source state, for the event emitted after the commit."""
-        if not reason.strip():
-            raise StoreError("a transition needs a reason")
-        reason = redact(reason)
-        row = conn.execute(sa.select(db.nodes.c.state, db.nodes.c.state_since).where(db.nodes.c.name == name)).first()
+        row = conn.execute(_STATE, {"b_name": name}).first()
         if row is None:
             raise NodeNotFound(name)
         current = _known(State, row.state, name)
@@ -309,27 +330,36 @@ class Store:
             replayed = self._replayed(conn, name, current, event, run_id)
             if replayed is not None:
                 return replayed
+        return self._move(conn, name, event, actor, reason, run_id, acceptance_record,
+                          (current, row.state_since), operators.of_run(conn, run_id), fresh)
+
+    def _move(self, conn: Connection, name: str, event: str, actor: Actor, reason: str,
+              run_id: str | None, acceptance_record: str | None, at: tuple[State, datetime | None],
+              who: str, fresh: list[tuple[Transition, float | None]] | None) -> Transition:
+        """Make one move from ``at`` (the node's state and since when, as this transaction saw
+        them; the UPDATE checks the state still holds), recorded as by ``who``."""
+        if not reason.strip():
+            raise StoreError("a transition needs a reason")
+        reason = redact(reason)
+        current, state_since = at
         if acceptance_record is not None:
             self._check_acceptance(conn, name, acceptance_record, current, event)
         target = next_state(name, current, event, actor, acceptance_record)
         now = _now()
-        updated = conn.execute(
-            sa.update(db.nodes)
-            .where(db.nodes.c.name == name, db.nodes.c.state == current.value)
-            .values(state=target.value, state_since=now,
-                    generation=db.nodes.c.generation + 1))
+        updated = conn.execute(_MOVE, {"b_name": name, "b_from": current.value, "b_to": target.value, "b_at": now})
         if updated.rowcount != 1:
             raise StoreError(f"node {name} changed state concurrently; retry")
-        conn.execute(sa.insert(db.transitions).values(
-            node=name, source=current.value, target=target.value, event=event,
-            actor=actor.value, reason=reason, run_id=run_id, at=now))
-        done = Transition(name, current, target, event, actor, reason, run_id, now)
+        conn.execute(_RECORD_MOVE, {"node": name, "source": current.value, "target": target.value, "event": event,
+                                    "actor": actor.value, "reason": reason, "run_id": run_id, "at": now,
+                                    "operator": who})
+        done = Transition(name, current, target, event, actor, reason, run_id, now, who)
         if fresh is not None:
-            since = _aware(row.state_since) if row.state_since is not None else None
+            since = _aware(state_since) if state_since is not None else None
             fresh.append((done, (now - since).total_seconds() if since else None))
         return done
 
-    def set_pool(self, name: str, pool: str, actor: Actor = Actor.WORKFLOW, reason: str = "") -> bool:
+    def set_pool(self, name: str, pool: str, actor: Actor = Actor.WORKFLOW, reason: str = "",
+                 run_id: str | None = None) -> bool:
         """Record the pool a node serves (role swap), with a ``pool`` change row; the state is untouched.
 
         The same pool again changes nothing and records nothing (False): a step replayed after a
@@ -344,11 +374,11 @@ class Store:
             conn.execute(sa.update(db.nodes).where(db.nodes.c.name == name).values(pool=pool))
             conn.execute(sa.insert(db.node_changes).values(
                 node=name, serial=row.serial, kind="pool", old=row.pool, new=pool, actor=actor.value,
-                reason=redact(reason)[:500], at=_now()))
+                reason=redact(reason)[:500], at=_now(), operator=operators.of_run(conn, run_id)))
             return True
 
     def record_change(self, name: str, kind: str, old: str | None, new: str | None, actor: Actor,
-                      reason: str) -> None:
+                      reason: str, run_id: str | None = None) -> None:
         """A row of the node's record history that is not a state move (``role-swap``: its phase times)."""
         with self._tx() as conn:
             row = conn.execute(sa.select(db.nodes.c.serial).where(db.nodes.c.name == name)).first()
@@ -356,7 +386,19 @@ class Store:
                 raise NodeNotFound(name)
             conn.execute(sa.insert(db.node_changes).values(
                 node=name, serial=row.serial, kind=kind[:16], old=old, new=new, actor=actor.value,
-                reason=redact(reason)[:500], at=_now()))
+                reason=redact(reason)[:500], at=_now(), operator=operators.of_run(conn, run_id)))
+
+    def record_operator(self, run_id: str, operator: str) -> None:
+        """``operator`` started ``run_id``: every row the run writes carries the name (``operators``)."""
+        with self._tx() as conn:
+            operators.record(conn, run_id, operator)
+
+    def run_operator(self, run_id: str) -> str | None:
+        """Who started ``run_id``, as recorded (None: not recorded)."""
+        with self._read() as conn:
+            row = conn.execute(sa.select(db.run_operators.c.operator)
+                               .where(db.run_operators.c.run_id == run_id)).first()
+        return None if row is None else str(row.operator)
 
     # ------------------------------------------------------------ acceptance
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,26 +31,28 @@ from acceptance.coverage import MultiNodeDemand, judge_acceptance
 from acceptance.evidence import BundleMeta, write_bundle
 from acceptance.fanout import BurninCommand, NodeOutcome, Target, fan_out, to_input
 from acceptance.judge import NodeInput, Request, Waiver, judge_rack
-from acceptance.reports import ReportInput, write_reports
+from acceptance.reports import MultiNodeStage, ReportInput, write_reports
 from acceptance.signing import ControllerKey
 from burnin.result import load_result
 from lifecycle import __version__
 from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.model.inventory import Pool
 from lifecycle.model.states import Actor
+from lifecycle.model.vocab import LEVELS, Level
 from lifecycle.store import AcceptanceRecord, NodeRecord, shared_store
 from lifecycle.store.db import default_home
 from lifecycle.workflows.accept_multinode import NCCL_LOOKUP_S, ask_nccl_binary, multi_node_runs, run_multi_node
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_ops import current_run_id
 from lifecycle.workflows.retry import retrier, step
+from lifecycle.workflows.waiting import waiting
 
-READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained")
+READY_FOR_BURN_IN = ("provisioned", "accepted", "quarantined", "drained", "repairing")
 
 
 @dataclass(frozen=True)
 class AcceptSettings:
-    level: str
+    level: Level
     work_dir: str
     report_dir: str
     operator: str
@@ -64,6 +67,18 @@ class AcceptSettings:
     multi_node_max_parallel: int | None = None  # srun jobs at once; None: a whole round
     waivers: tuple[Waiver, ...] = ()  # what the operator waived for this run (racklife accept --waive)
     slurm_ready_s: float = 120.0  # how long to wait for just-provisioned nodes to be idle in Slurm
+    kernel_log_since: str | None = None
+    """The run's cut-off on the nodes' clock (ISO 8601): kernel_xid judges only the kernel log lines from then
+    on, e.g. a repair's re-test from just before its GPU reset (the log keeps the repaired Xid). None: the
+    whole log."""
+    expect_driver: str | None = None
+    """The GPU driver version each node must report (a driver upgrade's re-test): the judge fails a node whose
+    burn-in read another version, or none. None: not judged against a version."""
+
+    def __post_init__(self) -> None:
+        # The type says so to mypy; this says so to a caller that built the settings from a plain string.
+        if self.level not in LEVELS:
+            raise ValueError(f"acceptance settings: level must be one of {', '.join(LEVELS)}, not {self.level!r}")
 
 
 @dataclass
@@ -74,7 +89,7 @@ class NodeVerdict:
     reasons: list[str] = field(default_factory=list)
     record: str | None = None
     slurm_drain: str | None = None
-    refused_by: str | None = None  # the message naming the run that holds the node
+    refused_by: str | None = None  # why it was not tested: the run that holds it, or a state acceptance refuses
 
 
 @step(idempotent=False)  # hours of burn-in on the nodes: never started twice by a retry
@@ -98,16 +113,29 @@ def burn_in(nodes: list[str], cfg: AcceptSettings) -> dict[str, dict[str, Any]]:
                for profile, group in sorted(by_profile.items()) if cfg.multi_node and not cfg.nccl_binary]
     for t in lookups:
         t.start()
+    waits = ExitStack()  # each node's wait record, cleared when the fan-out ends
     try:
+        says = {n: waits.enter_context(waiting(n, "burn-in", f"a burn-in slot (at most {cfg.max_in_flight} at once)"))
+                for n in nodes}
+
+        def started(t: Target) -> None:
+            says[t.node](f"burn-in on the node ({cfg.level}, up to {cfg.timeout_s:g} s)")
+
+        def done(o: NodeOutcome) -> None:
+            says[o.node](f"burn-in of the other nodes (this one: {o.status})")
+
         for profile, group in sorted(by_profile.items()):
-            command = BurninCommand(profile, cfg.level, current_run_id(), python=cfg.burnin_python)
+            command = BurninCommand(profile, cfg.level, current_run_id(), python=cfg.burnin_python,
+                                    kernel_log_since=cfg.kernel_log_since)
             outcomes = fan_out(transport, [Target(n, n) for n in group], command, Path(cfg.work_dir) / "collected",
-                               max_in_flight=cfg.max_in_flight, timeout_s=cfg.timeout_s)
+                               max_in_flight=cfg.max_in_flight, timeout_s=cfg.timeout_s,
+                               on_start=started, on_done=done)
             for o in outcomes:
                 out[o.node] = {"profile": profile, "status": o.status, "reason": o.reason,
                                "local_dir": str(o.local_dir) if o.local_dir else None,
                                "started_at": o.started_at, "ended_at": o.ended_at}
     finally:
+        waits.close()
         transport.close()
         for t in lookups:
             t.join(timeout=NCCL_LOOKUP_S)
@@ -128,7 +156,8 @@ def _lookup_nccl_binary(cfg: AcceptSettings, node: str, profile: str, found: dic
 
 
 def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
-                recs: dict[str, NodeRecord], run_id: str, level: str) -> list[NodeInput]:
+                recs: dict[str, NodeRecord], run_id: str, level: Level,
+                kernel_log_since: str | None = None, expect_driver: str | None = None) -> list[NodeInput]:
     """The judge's view of what the fan-out brought back (re-read from disk: steps pass JSON), each
     bound to what this run asked of the node."""
     inputs = []
@@ -141,7 +170,7 @@ def node_inputs(nodes: list[str], collected: dict[str, dict[str, Any]],
                               Path(c["local_dir"]) if c["local_dir"] else None, None,
                               c["started_at"], c["ended_at"])
         inputs.append(to_input(outcome, c["profile"], recs[n].u, recs[n].rack,
-                               Request(run_id, n, level, recs[n].serial)))
+                               Request(run_id, n, level, recs[n].serial, kernel_log_since, expect_driver)))
     return inputs
 
 
@@ -150,10 +179,17 @@ def multi_node(nodes: list[str], collected: dict[str, dict[str, Any]], cfg: Acce
     """All_reduce across nodes through Slurm for the nodes that passed burn-in; isolate slow ones."""
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
-    single = judge_rack(node_inputs(nodes, collected, recs, current_run_id(), cfg.level)).by_node()
+    inputs = node_inputs(nodes, collected, recs, current_run_id(), cfg.level, cfg.kernel_log_since,
+                         cfg.expect_driver)
+    single = judge_rack(inputs).by_node()
     found = {c["profile"]: c["nccl_binary"] for c in collected.values() if c.get("nccl_binary")}
-    return run_multi_node(recs, {n: collected[n]["profile"] for n in nodes}, {n: single[n].passed for n in nodes},
-                          {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
+    with ExitStack() as waits:
+        for n in nodes:
+            if single[n].passed:
+                waits.enter_context(waiting(n, "multi-node", "multi-node all_reduce jobs (pairs, rings, isolation)"))
+        return run_multi_node(recs, {n: collected[n]["profile"] for n in nodes},
+                              {n: single[n].passed for n in nodes},
+                              {n: store.pool(r.pool) for n, r in recs.items()}, cfg, current_run_id(), found)
 
 
 @step(idempotent=False)  # writes and signs the evidence bundle once
@@ -163,7 +199,8 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg
     run_id = current_run_id()
     store = shared_store()
     recs = {n: store.get(n) for n in nodes}
-    inputs = node_inputs(nodes, collected, recs, run_id, cfg.level)
+    inputs = node_inputs(nodes, collected, recs, run_id, cfg.level, cfg.kernel_log_since,
+                         cfg.expect_driver)
     runs, culprits, isolation = multi_node_runs(mn or {})
     left_out = dict(mn["left_out"]) if mn is not None else \
         {n: "multi-node runs were turned off (--no-multi-node)" for n in nodes}
@@ -179,8 +216,10 @@ def judge_and_record(nodes: list[str], collected: dict[str, dict[str, Any]], cfg
     signer = ControllerKey(default_home()).load(create=True)
     digest = write_bundle(evidence_dir, judgement, inputs, node_dirs, meta, isolation=isolation,
                           extra_rack_data={"multi_node_stage": _stage_summary(mn or {})}, signer=signer)
+    stage = MultiNodeStage(left_out, (mn or {}).get("error"))
     write_reports(Path(cfg.report_dir), ReportInput(judgement, inputs, meta, isolation=isolation,
-                                                    evidence_digest=digest, waivers=waivers))
+                                                    evidence_digest=digest, waivers=waivers, multi_node=stage,
+                                                    evidence_dir=str(evidence_dir)))
     verdicts = []
     now = datetime.now(UTC)
     existing = {n: {a.id for a in store.acceptance_records(n)} for n in nodes}
@@ -224,7 +263,7 @@ def quarantine_in_slurm(node: str, reason: str) -> str:
 
 
 @step(idempotent=True)  # this run's transitions replay as done
-def begin_burn_in(nodes: list[str], level: str, operator: str) -> tuple[list[str], list[dict[str, Any]]]:
+def begin_burn_in(nodes: list[str], level: Level, operator: str) -> tuple[list[str], list[dict[str, Any]]]:
     """Move every ready node to ``burning_in`` in one step; return the nodes to test and the skipped.
 
     One step for the rack rather than two per node (read, move): each step is a commit of its
@@ -243,8 +282,9 @@ def begin_burn_in(nodes: list[str], level: str, operator: str) -> tuple[list[str
         elif state == "burning_in":
             testing.append(n)
         else:
-            skipped.append(asdict(NodeVerdict(n, False, state, [f"node is {state}; acceptance needs one of "
-                                                                 f"{', '.join(READY_FOR_BURN_IN)}"])))
+            why = f"node is {state}; acceptance needs one of {', '.join(READY_FOR_BURN_IN)}"
+            # A precondition, not a verdict: refused (exit 5), never a FAIL of a node nobody tested.
+            skipped.append(asdict(NodeVerdict(n, False, state, [why], refused_by=why)))
     return testing, skipped
 
 

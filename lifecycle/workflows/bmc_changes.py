@@ -36,11 +36,13 @@ from lifecycle.drivers.bmc.base import (
     UpdateMethod,
     require,
 )
+from lifecycle.drivers.bmc.bios_text import typed_like
 from lifecycle.drivers.bmc.firmware import update_firmware as verified_update
 from lifecycle.drivers.errors import DriverError, NotSupported, OperationFailed
 from lifecycle.model.inventory import Node
 from lifecycle.workflows.node_cycle import ChangeResult
 from lifecycle.workflows.retry import step
+from lifecycle.workflows.waiting import waiting
 
 
 class Clock(Protocol):
@@ -97,35 +99,29 @@ def coerce_bios(current: dict[str, object], raw: dict[str, str], target: str) ->
     unknown = sorted(set(raw) - set(current))
     if unknown:
         raise OperationFailed(target, f"unknown BIOS attribute(s): {', '.join(unknown)}")
-    typed: dict[str, object] = {}
-    for key, text in raw.items():
-        now = current[key]
-        if isinstance(now, bool):
-            if text.lower() not in ("true", "false"):
-                raise OperationFailed(target, f"{key} is a boolean: true or false, not {text!r}")
-            typed[key] = text.lower() == "true"
-        elif isinstance(now, int):
-            try:
-                typed[key] = int(text, 0)
-            except ValueError:
-                raise OperationFailed(target, f"{key} is an integer, not {text!r}") from None
-        else:
-            typed[key] = text
-    return typed
+    try:
+        return {key: typed_like(current[key], key, text) for key, text in raw.items()}
+    except ValueError as exc:
+        raise OperationFailed(target, str(exc)) from None
 
 
 def apply_bios(bmc: BmcDriver, attributes: dict[str, object], settings: BiosSettings,
                clock: Clock | None = None) -> BiosResult:
     """Stage ``attributes``, reboot when they apply on reset, and read them back.
 
-    Already set: nothing is sent and nothing rebooted. Raises ``OperationFailed`` when the
+    Already set: nothing is rebooted, and nothing is sent unless a different value of one of them is
+    still staged (pending), which is overwritten with the live one. Raises ``OperationFailed`` when the
     live Bios does not show them within ``timeout_s`` (with what is still pending).
     """
     bios = require(bmc, BiosInterface)
     clock = clock or _SystemClock()
     current = bios.bios_attributes()
     if all(current.get(k, object()) == v for k, v in attributes.items()):
-        return BiosResult({}, (settings.apply_time or BiosApplyTime.ON_RESET).value, True, False)
+        # Live already; a value of these staged earlier that never applied is overwritten with the live one
+        # (undoing a change whose reboot did not apply it), or a later reboot would apply it unasked.
+        stale = {k: v for k, v in bios.bios_pending_attributes().items() if k in attributes}
+        changed = bios.set_bios_attributes(attributes, apply_time=settings.apply_time).changed if stale else {}
+        return BiosResult(changed, (settings.apply_time or BiosApplyTime.ON_RESET).value, True, False)
     staged = bios.set_bios_attributes(attributes, apply_time=settings.apply_time)
     rebooted = False
     if staged.apply_time is BiosApplyTime.ON_RESET:
@@ -158,14 +154,15 @@ def _pairs(values: dict[str, Any]) -> str:
 # --- workflow steps: the node's BMC from the store --------------------------------------------
 
 def _node_bmc(node: str, capability: Capability) -> BmcDriver:
-    from lifecycle.drivers.bmc.factory import driver_for, unsupported_reason
+    from lifecycle.drivers.bmc.factory import unsupported_reason
     from lifecycle.store import shared_store
+    from lifecycle.workflows.bmc_calls import open_bmc
 
     spec = shared_store().get(node).node()
     reason = unsupported_reason(spec, capability)
     if reason is not None:
         raise NotSupported(node, reason)
-    return driver_for(spec.bmc)
+    return open_bmc(node)
 
 
 def _serve(host: str) -> Callable[[Path], Any]:
@@ -193,8 +190,9 @@ def update_firmware(node: str, file: str, component: str,
             if found.version == settings.expect_version:
                 return {"component": found.name, "before": found.version,
                         "after": found.version, "changed": False}
-        result = verified_update(fw, component, Path(file), serve=_serve(settings.serve_host),
-                                 method=settings.method, expect_version=settings.expect_version)
+        with waiting(node, "firmware", f"the BMC's update task of {component} and the version read back"):
+            result = verified_update(fw, component, Path(file), serve=_serve(settings.serve_host),
+                                     method=settings.method, expect_version=settings.expect_version)
         return {"component": result.component, "before": result.before, "after": result.after,
                 "method": result.method.value, "task": result.task.task_id, "changed": True}
     finally:
@@ -210,7 +208,8 @@ def set_bios(node: str, attrs: dict[str, object],
     """
     bmc = _node_bmc(node, Capability.BIOS)
     try:
-        return asdict(apply_bios(bmc, attrs, settings or BiosSettings()))
+        with waiting(node, "bios", "the BMC to apply the BIOS settings (reboot, power state, read-back)"):
+            return asdict(apply_bios(bmc, attrs, settings or BiosSettings()))
     finally:
         bmc.close()
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from lifecycle.drivers.boot.render import BootImage
 
 
-def published_images(images_dir: Path, boot_url: str) -> dict[str, dict[str, Any]]:
-    """name -> BootImage fields for every ``NAME-VERSION/manifest.json`` (newest build per name), and
-    ``name:version`` -> the fields of that build (a reimage or an upgrade names its version)."""
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    versions: dict[str, dict[str, Any]] = {}
+def published_images(images_dir: Path, boot_url: str) -> dict[str, BootImage]:
+    """name -> the image of every ``NAME-VERSION/manifest.json`` (newest build per name), and
+    ``name:version`` -> that build (a reimage or an upgrade names its version)."""
+    found: dict[str, tuple[str, BootImage]] = {}
+    versions: dict[str, BootImage] = {}
     for manifest_path in sorted(images_dir.glob("*/manifest.json")):
         m = json.loads(manifest_path.read_text())
         rel = manifest_path.parent.name
@@ -34,8 +33,7 @@ def published_images(images_dir: Path, boot_url: str) -> dict[str, dict[str, Any
             else ("console=ttyS0",),
         )
         built = str(m.get("built_at", ""))
-        fields = image.__dict__ | {"kernel_args": list(image.kernel_args)}
-        versions[f"{image.name}:{image.version}"] = fields
+        versions[f"{image.name}:{image.version}"] = image
         if m["name"] not in found or built > found[m["name"]][0]:
-            found[m["name"]] = (built, fields)
-    return {name: fields for name, (_, fields) in found.items()} | versions
+            found[m["name"]] = (built, image)
+    return {name: image for name, (_, image) in found.items()} | versions

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lifecycle.drivers.boot.render import BootImage
 from lifecycle.store import Store
 from lifecycle.workflows import provision
-from lifecycle.workflows.controller import Controller
+from lifecycle.workflows.controller import Starter
 
 
 class BootSetupError(ValueError):
@@ -35,7 +36,7 @@ class BootSettings:
 @dataclass(frozen=True)
 class Boot:
     url: str
-    settings: dict[str, Any]  # provision.ProvisionSettings as the workflow takes it
+    settings: provision.ProvisionSettings  # what the provisioning and reimage runs take
     image: str | None
 
 
@@ -102,21 +103,31 @@ def boot_server(store: Store, cfg: BootSettings, here: bool = True) -> Iterator[
         server.stop()
 
 
-def _settings(cfg: BootSettings, url: str, images: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def planned_settings(cfg: BootSettings) -> provision.ProvisionSettings:
+    """The settings a boot server started from ``cfg`` would give (for a dry run: nothing is started)."""
+    host, port = _split(cfg.listen)
+    url = (cfg.url or f"http://{host}:{port}").rstrip("/")
+    from lifecycle.workflows.boot_images import published_images
+
+    return _settings(cfg, url, published_images(cfg.images_dir, url))
+
+
+def _settings(cfg: BootSettings, url: str, images: dict[str, BootImage]) -> provision.ProvisionSettings:
     if not images:
         raise BootSetupError(f"no built images in {cfg.images_dir}: run `racklife image build minimal` first")
     if cfg.image and cfg.image not in images:
         raise BootSetupError(f"image '{cfg.image}' is not built (have: {', '.join(sorted(images))})")
     default = cfg.image or ("minimal" if "minimal" in images else sorted(images)[0])
     return provision.ProvisionSettings(boot_url=url, images=images, default_image=default,
-                                       boot_timeout_s=cfg.timeout_s).to_json()
+                                       boot_timeout_s=cfg.timeout_s)
 
 
-def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight: int,
-                    say: Callable[[str], None], adopt: bool = True) -> tuple[str, list[dict[str, Any]]]:
+def provision_nodes(ctl: Starter, boot: Boot, names: list[str], max_in_flight: int,
+                    say: Callable[[str], None], adopt: bool = True,
+                    wait: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """Provision ``names`` (or, with ``adopt``, finish a provisioning run a dead process left); await it.
 
-    Returns the run's id and each node's outcome."""
+    Returns the run's id and each node's outcome (none without ``wait``: the run is only started)."""
     ctl.register_queue(provision.QUEUE, max_in_flight)
     cut_off = ctl.cut_off("provision_many") if adopt else []
     if cut_off:
@@ -127,5 +138,7 @@ def provision_nodes(ctl: Controller, boot: Boot, names: list[str], max_in_flight
         handle = ctl.start(provision.provision_many, names, boot.image, boot.settings, nodes=names)
         say(f"provisioning {len(names)} node(s) as run {handle.get_workflow_id()} (max {max_in_flight} in "
             f"flight); boot server {boot.url}")
+    if not wait:
+        return str(handle.get_workflow_id()), []
     result: list[dict[str, Any]] = handle.get_result()
     return str(handle.get_workflow_id()), result

@@ -31,6 +31,8 @@ class StoreBootBackend:
     def phone_home(self, report: PhoneHomeReport) -> PhoneHomeVerdict:
         payload = {"node": report.node, "image": report.image, "image_version": report.image_version,
                    "macs": list(report.macs), "remote": report.remote}
+        if report.ssh_host_key:
+            payload["ssh_host_key"] = report.ssh_host_key
         got = boot_store.redeem(self.store, report.token, report.node, payload)
         if not got.accepted or got.run_id is None or got.attempt is None:
             self.refused.append((report.node, got.reason))

@@ -21,6 +21,19 @@ version read back from FirmwareInventory; not taken back (quarantine).
 ``bios``: BIOS attributes (target: ``K=V,…``; params: the pairs) staged,
 applied by a reboot and read back; undone by setting the old values back.
 Both: ``workflows/bmc_changes.py``.
+
+``slurm``: Slurm itself (target: the version). Its control plane goes first,
+once per run, in Slurm's order (``before``: slurmdbd, then slurmctld); then
+each node's slurmd restarts onto the version while the node is out of
+service, proven by its new start time and the version it registers with
+(``workflows/slurm_upgrade.py``); not taken back (quarantine).
+
+``driver``: the NVIDIA driver (target: the version). The site's install hook
+(``$RACKLIFE_DRIVER_INSTALL_CMD``), a power cycle through the node's BMC
+(any BMC: the row needs only its power interface), and the re-test must read
+the version from the node's GPUs (``workflows/driver_upgrade.py``); not taken
+back (quarantine). A node whose last acceptance read the version is already
+on it.
 """
 
 from __future__ import annotations
@@ -35,8 +48,9 @@ from dbos import DBOS
 from lifecycle.drivers.bmc.base import Capability
 from lifecycle.model.inventory import Node
 from lifecycle.model.states import Actor, State
+from lifecycle.model.vocab import KeepJobsPolicy
 from lifecycle.store import Store, observations, shared_store
-from lifecycle.workflows import accept, bmc_changes, provision
+from lifecycle.workflows import accept, bmc_changes, driver_upgrade, provision, slurm_upgrade
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.node_cycle import Change, ChangeResult, CycleOutcome, LeaveSpec, cycle, summary
@@ -48,6 +62,8 @@ class ChangeKind(StrEnum):
     IMAGE = "image"
     FIRMWARE = "firmware"
     BIOS = "bios"
+    SLURM = "slurm"
+    DRIVER = "driver"
 
 
 @dataclass(frozen=True)
@@ -68,8 +84,12 @@ class ChangeSpec:
 class ChangeContext:
     """What the process running the change provides (an argument of the run, so a recovered run has it)."""
 
-    provision: dict[str, Any] | None = None
-    """The boot server's provisioning settings (``ProvisionSettings`` as JSON): image changes need it."""
+    provision: provision.ProvisionSettings | None = None
+    """The boot server's provisioning settings: image changes need it."""
+    ssh_config: str | None = None
+    """How the controller reaches the nodes over SSH (a driver change waits for SSH after its reboot)."""
+    bios_timeout_s: float | None = None
+    """How long a BIOS change waits for the live Bios to read its values back (None: ``BiosSettings``'s)."""
 
 
 # ------------------------------------------------------------------ image
@@ -96,18 +116,18 @@ class ImageChange:
     """Reprovision the node with ``target`` (published by the boot server that ``provision`` describes)."""
 
     target: str
-    provision: dict[str, Any]
+    provision: provision.ProvisionSettings
     name: str = "reimage"
 
     def precheck(self) -> str:
         try:
-            provision.ProvisionSettings(**self.provision).image(self.target)
+            self.provision.image(self.target)
         except KeyError as exc:
             return str(exc.args[0])
         return ""
 
     def apply(self, node: str) -> ChangeResult:
-        cfg = provision.ProvisionSettings(**self.provision)
+        cfg = self.provision
         try:
             image = cfg.image(self.target)
         except KeyError as exc:
@@ -156,11 +176,34 @@ def _has_firmware(store: Store, node: str, spec: ChangeSpec) -> bool:
 def _bios(spec: ChangeSpec, ctx: ChangeContext) -> Change:
     if not spec.params:
         raise ValueError("a BIOS change needs KEY=VALUE attributes")
-    return bmc_changes.BiosChange(dict(spec.params))
+    if ctx.bios_timeout_s is None:
+        return bmc_changes.BiosChange(dict(spec.params))
+    return bmc_changes.BiosChange(dict(spec.params), bmc_changes.BiosSettings(timeout_s=ctx.bios_timeout_s))
 
 
 def _has_bios(store: Store, node: str, spec: ChangeSpec) -> bool:
     return bmc_changes.has_bios(node, dict(spec.params))
+
+
+def _slurm(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    return slurm_upgrade.SlurmdChange(spec.target)
+
+
+def _has_slurm(store: Store, node: str, spec: ChangeSpec) -> bool:
+    """racklife moved this node's slurmd onto the version (a slurmd that merely runs it is restarted too)."""
+    return any(c.kind == ChangeKind.SLURM.value and c.new == spec.target and ": done;" in c.reason
+               for c in store.changes(node))
+
+
+def _driver(spec: ChangeSpec, ctx: ChangeContext) -> Change:
+    if ctx.ssh_config is None:
+        raise ValueError("a driver change needs the SSH config that reaches the nodes")
+    return driver_upgrade.DriverChange(spec.target, ctx.ssh_config)
+
+
+def _has_driver(store: Store, node: str, spec: ChangeSpec) -> bool:
+    """The node's last acceptance read the version from its GPUs (unknown: not yet; the change proves itself)."""
+    return driver_upgrade.reported_driver(store, node) == spec.target
 
 
 @dataclass(frozen=True)
@@ -172,12 +215,16 @@ class Kind:
     """The phase name the change's time is recorded under."""
     needs: Capability | None = None
     """The BMC interface the change needs (``factory.supports`` answers from the inventory)."""
+    before: Callable[[ChangeSpec], tuple[bool, str, list[dict[str, Any]]]] | None = None
+    """What the upgrade run does once, before its first batch (Slurm's control plane): (ok, why not, records)."""
 
 
 KINDS: dict[ChangeKind, Kind] = {
     ChangeKind.IMAGE: Kind(_image, _has_image, "reimage"),
     ChangeKind.FIRMWARE: Kind(_firmware, _has_firmware, "firmware", Capability.FIRMWARE),
     ChangeKind.BIOS: Kind(_bios, _has_bios, "bios", Capability.BIOS),
+    ChangeKind.SLURM: Kind(_slurm, _has_slurm, "slurmd", before=lambda spec: slurm_upgrade.control_plane(spec.target)),
+    ChangeKind.DRIVER: Kind(_driver, _has_driver, "driver", Capability.POWER),
 }
 
 
@@ -211,7 +258,8 @@ class ChangeSettings:
     """The re-test: acceptance of the one node, at its pool's ``retest_level``."""
     context: ChangeContext
     kube: KubeSettings | None = None
-    policy: str | None = None
+    policy: KeepJobsPolicy | None = None
+    """Slurm leave policy (default: the pool's); an upgrade's, which never cancels a job."""
     deadline_s: float | None = None
     why: str = ""
 
@@ -224,7 +272,8 @@ class ChangeOutcome(CycleOutcome):
 
 @step(idempotent=True)
 def record_node_change(node: str, kind: str, old: str | None, new: str, line: str) -> None:
-    shared_store().record_change(node, kind, old, new, Actor.WORKFLOW, f"run {current_run_id()}: {line}")
+    shared_store().record_change(node, kind, old, new, Actor.WORKFLOW, f"run {current_run_id()}: {line}",
+                                 run_id=current_run_id())
 
 
 @step(idempotent=True)  # reads only
@@ -250,12 +299,14 @@ def change_node(node: str, s: ChangeSettings) -> dict[str, Any]:
             out.reason = f"refused, nothing changed: {exc}"
             return asdict(out)
         before = last_image(node)
+        drivers = any(c.kind is ChangeKind.DRIVER for c in s.changes)
+        driver_before = driver_upgrade.last_driver(node) if drivers else None  # only then: runs replay as before
         why = s.why or ", ".join(c.describe() for c in s.changes)
         cycle(node, LeaveSpec(why, s.policy, s.deadline_s), steps, s.accept, s.kube, out)
         out.pool = node_pool(node)
         for c in s.changes:
-            record_node_change(node, c.kind.value, before if c.kind is ChangeKind.IMAGE else None, c.target,
-                               summary(out))
+            old = before if c.kind is ChangeKind.IMAGE else driver_before if c.kind is ChangeKind.DRIVER else None
+            record_node_change(node, c.kind.value, old, c.target, summary(out))
         return asdict(out)
     finally:
         release_leases()

@@ -36,17 +36,21 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 
 from dbos import DBOS, DBOSClient, EnqueueOptions
+from dbos._utils import INTERNAL_QUEUE_NAME  # the queue DBOS recovers runs through
 
-from lifecycle.store import Store, connect, db, leases, shared_store
+from lifecycle.store import Store, connect, db, leases, operators, shared_store
 from lifecycle.workflows import engine, leasing, registry
 
 HEARTBEAT_S = 5.0
 HEARTBEAT_TIMEOUT_S = leases.HEARTBEAT_TIMEOUT_S
 SERVE_ROLE = leases.SERVE_ROLE
 pid_start, executor_alive = leases.pid_start, leases.executor_alive
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+Ts = TypeVarTuple("Ts")
 # A stopped service's last heartbeat: long enough ago that every peer takes its runs over at once.
 STOPPED_AT = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -80,7 +84,16 @@ class Recovered:
     nodes: frozenset[str]  # the nodes it holds (its leases), when it has taken them
 
 
-class Handed:
+class RunHandle(Protocol[R_co]):
+    """A started run: DBOS's handle, a :class:`Handed` one, or a durable run's child's. ``get_result`` is
+    typed by the workflow started (``Controller.start`` checks its arguments against the workflow too)."""
+
+    def get_workflow_id(self) -> str: ...
+
+    def get_result(self) -> R_co: ...
+
+
+class Handed(Generic[R]):
     """A run handed to the service, awaited from here; says so when no service is left to run it.
 
     A run waits on the service queue until some service dequeues it: if every
@@ -98,7 +111,7 @@ class Handed:
     def get_workflow_id(self) -> str:
         return str(self._handle.get_workflow_id())
 
-    def get_result(self) -> Any:
+    def get_result(self) -> R:
         alone_since: float | None = None
         warned = False
         while self._handle.get_status().status in leasing.LIVE:
@@ -111,20 +124,39 @@ class Handed:
                           "(`racklife serve`, or `systemctl start racklife`)")
                 warned = True
             time.sleep(1.0)
-        return self._handle.get_result()
+        return cast(R, self._handle.get_result())  # the service's run of the workflow this handle was typed by
+
+
+class Starter(Protocol):
+    """What starts runs for a front end: a :class:`Controller`, or a durable run starting its children
+    (``lifecycle.planner.durable``)."""
+
+    service: Any  # the live service runs are handed to (not None: the boot server runs elsewhere)
+
+    def start(self, func: Callable[[Unpack[Ts]], R], *args: *Ts, workflow_id: str | None = None,
+              nodes: Collection[str] = ()) -> RunHandle[R]: ...
+
+    def register_queue(self, name: str, concurrency: int, per_process: bool = False) -> None: ...
+
+    def cut_off(self, workflow: str) -> list[Recovered]: ...
+
+    def handle(self, run_id: str) -> Any: ...
 
 
 class Controller:
     """Context manager around the workflow engine for one command (or service) of ``role``."""
 
     def __init__(self, role: str, url: str | None = None, say: Callable[[str], None] = lambda _m: None,
-                 *, hand_off: bool = True) -> None:
+                 *, hand_off: bool = True, operator: str | None = None) -> None:
         self.role = role
         self.url = url
         self.say = say
         self.hand_off = hand_off and role != SERVE_ROLE
         self.host = engine.executor_id()
         self.executor_id = f"{self.host}/{role}/{uuid.uuid4().hex[:8]}"
+        # Who the runs started here are recorded as started by: the command's operator, or the service itself.
+        self.operator = operator or (f"racklife serve {self.executor_id}" if role == SERVE_ROLE
+                                     else operators.current())
         self.recovered: list[Recovered] = []
         self.sweep = leasing.Sweep()
         self.service: leases.Executor | None = None  # the live service runs are handed to, if any
@@ -236,8 +268,14 @@ class Controller:
 
     @staticmethod
     def _role_of(executor: str, rows: dict[str, leases.Executor]) -> str:
+        """The executor's role: from its row; without one (retired, or an older racklife's HOST/ROLE), from
+        its id, ``HOST/ROLE/UNIQUE`` (the role may hold a slash: ``elastic/NODE``)."""
         ex = rows.get(executor)
-        return ex.role if ex is not None else executor.split("/", 1)[-1]
+        if ex is not None:
+            return ex.role
+        rest = executor.split("/", 1)[-1]
+        head, _, tail = rest.rpartition("/")
+        return head if head and len(tail) == 8 and all(c in "0123456789abcdef" for c in tail) else rest
 
     def _recover(self) -> None:
         dead = self._dead_executors()
@@ -258,6 +296,24 @@ class Controller:
         for ex_id in mine:
             if ex_id in rows:
                 leases.retire_executor(self.store, ex_id)
+        if not serving:
+            self._requeued(dead, rows)
+
+    def _requeued(self, dead: Callable[[str], bool], rows: dict[str, leases.Executor]) -> None:
+        """The runs of this role an earlier process put back on DBOS's queue to recover them, and died before
+        it took them (still ENQUEUED under their dead executor): this process takes them from the queue;
+        they count as recovered here, so a command waits for them (or finishes them) rather than starting a
+        run beside them (whose lease step would only refuse: the run holds the node)."""
+        queued = DBOS.list_workflows(status=["ENQUEUED"], queue_name=INTERNAL_QUEUE_NAME, load_output=False)
+        for s in queued:
+            if s.app_version != engine.APP_VERSION or not s.executor_id or not dead(s.executor_id) \
+                    or self._role_of(s.executor_id, rows) != self.role or s.workflow_id in self._handles:
+                continue
+            wid = s.workflow_id
+            self._handles[wid] = DBOS.retrieve_workflow(wid)
+            args = tuple(s.input["args"]) if isinstance(s.input, dict) else ()
+            self.recovered.append(Recovered(wid, s.name, args, frozenset(leases.leased_to(self.store, wid))))
+            self.say(f"recovering run {wid} ({s.name}) of a process that is gone (it was queued again)")
 
     def _adopt(self, executors: list[str], by_id: dict[str, Any], keep: bool) -> list[str]:
         """Re-enqueue the executors' PENDING runs (DBOS's queue lets exactly one process run each)."""
@@ -269,7 +325,7 @@ class Controller:
             if s is None or not keep:  # a child workflow started since the listing: its parent awaits it
                 continue
             self._handles[wid] = handle
-            args = tuple(s.input["args"]) if s.input else ()
+            args = tuple(s.input["args"]) if isinstance(s.input, dict) else ()  # text: DBOS could not decode
             held = frozenset(leases.leased_to(self.store, wid))
             self.recovered.append(Recovered(wid, s.name, args, held))
             self.say(f"recovering run {wid} ({s.name}) of a process that is gone")
@@ -307,9 +363,10 @@ class Controller:
         each, every = (concurrency, None) if per_process else (None, concurrency)
         if self._client is not None:
             self._client.register_queue(name, worker_concurrency=each, global_concurrency=every,
-                                        polling_interval_sec=0.05)
+                                        polling_interval_sec=engine.QUEUE_POLL_S)
         else:
-            DBOS.register_queue(name, worker_concurrency=each, global_concurrency=every, polling_interval_sec=0.05,
+            DBOS.register_queue(name, worker_concurrency=each, global_concurrency=every,
+                                polling_interval_sec=engine.QUEUE_POLL_S,
                                 on_conflict="always_update")
 
     def cut_off(self, workflow: str) -> list[Recovered]:
@@ -318,18 +375,20 @@ class Controller:
 
     # ------------------------------------------------------------ runs
 
-    def start(self, func: Callable[..., Any], *args: Any, workflow_id: str | None = None,
-              nodes: Collection[str] = ()) -> Any:
+    def start(self, func: Callable[[Unpack[Ts]], R], *args: *Ts, workflow_id: str | None = None,
+              nodes: Collection[str] = ()) -> RunHandle[R]:
         """Start ``func(*args)`` as a workflow (with ``workflow_id`` if given); return its handle.
 
-        A run this process recovered that holds any of ``nodes`` is awaited first.
+        A run this process recovered that holds any of ``nodes`` is awaited first. The run's id is
+        chosen here and its operator recorded before it starts, so every row it writes names who asked.
         """
+        workflow_id = workflow_id or str(uuid.uuid4())
+        self.store.record_operator(workflow_id, self.operator)
         if self._client is not None:
             options: EnqueueOptions = {"queue_name": registry.SERVE_QUEUE, "workflow_name": workflow_name(func),
                                        "app_version": engine.APP_VERSION}
-            if workflow_id is not None:
-                options["workflow_id"] = workflow_id
-            handed = Handed(self._client.enqueue(options, *args), self.store, self.say)
+            options["workflow_id"] = workflow_id
+            handed: Handed[R] = Handed(self._client.enqueue(options, *args), self.store, self.say)
             self._handles[handed.get_workflow_id()] = handed
             return handed
         wanted = set(nodes)
@@ -340,16 +399,39 @@ class Controller:
                     self._handles[r.run_id].get_result()
                 except Exception as e:
                     self.say(f"run {r.run_id} ended with an error: {e}")
-        if workflow_id is not None:
-            with engine.with_id(workflow_id):
-                handle = DBOS.start_workflow(func, *args)
-        else:
+        with engine.with_id(workflow_id):
             handle = DBOS.start_workflow(func, *args)
         self._handles[handle.get_workflow_id()] = handle
         return handle
 
+    def start_or_finish(self, func: Callable[[str, Unpack[Ts]], R], node: str, *args: *Ts) -> RunHandle[R]:
+        """The handle of ``func``'s run for ``node`` (its first argument): the one a killed process left, else new.
+
+        A one-node command (role swap, decommission, repair) finishes the run a killed controller cut
+        off for this node, with the settings it started with, rather than start a second run beside it
+        (whose lease step would only refuse). Otherwise ``func(node, *args)`` starts, holding ``node``.
+        """
+        name = workflow_name(func)
+        for r in self.recovered:
+            if r.args and r.args[0] == node and r.workflow.endswith(name) and r.run_id in self._handles:
+                self.say(f"{node}: finishing {name} run {r.run_id}, cut off earlier, with the settings it "
+                         "started with")
+                return cast(RunHandle[R], self._handles[r.run_id])  # a run of ``func``, by its name
+        return self.start(func, node, *args, nodes=[node])
+
     def _holds_any(self, run_id: str, nodes: set[str]) -> bool:
         return bool(nodes & set(leases.leased_to(self.store, run_id)))
+
+    def detach(self) -> list[str]:
+        """Stop tracking the runs handed to the service (``--no-wait``): they go on there; return their ids.
+
+        Only a run the service executes may be left running: one of this process would stop with it.
+        """
+        if self._client is None:
+            raise RuntimeError("only runs handed to racklife serve can be left running")
+        runs = list(self._handles)
+        self._handles.clear()
+        return runs
 
     def runs(self) -> list[str]:
         """The runs this process started or recovered (what an interrupted command leaves pending)."""

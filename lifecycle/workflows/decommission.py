@@ -17,8 +17,12 @@ effect once:
 3. ``decommissioning``; out of Slurm for good: down with racklife's reason,
    out of every partition and out of slurm.conf (the site's hook, or
    ``scontrol delete`` where Slurm allows it);
-4. with ``erase``: every drive erased through the BMC and read back, and a
-   signed erase certificate (:mod:`lifecycle.workflows.erase_certificate`);
+4. with ``erase``: sampled blocks of every drive read in a maintenance boot of
+   the maintenance image, every drive erased through the BMC, then read back
+   from the node itself in a second maintenance boot (each drive's NVMe
+   Sanitize Status log and the same blocks over SSH,
+   :mod:`lifecycle.workflows.erase_readback`, :mod:`lifecycle.workflows.sampled_read`),
+   and a signed erase certificate (:mod:`lifecycle.workflows.erase_certificate`);
    an erase that is not verified stops here: ``decommission_failed``, with
    which drive and why;
 5. power off, then the BMC's settings reset when asked (``ResetAll``: the last
@@ -131,9 +135,9 @@ def kube_remove(node: str, s: DecommissionSettings) -> dict[str, Any]:
 
 @step(idempotent=True)  # reads first: a node already off is done
 def bmc_power_off(node: str) -> dict[str, Any]:
-    from lifecycle.drivers.bmc.factory import driver_for
+    from lifecycle.workflows.bmc_calls import open_bmc
 
-    bmc = driver_for(shared_store().get(node).node().bmc)
+    bmc = open_bmc(node)
     try:
         was = bmc.power_state()
         if was not in (PowerState.OFF, PowerState.POWERING_OFF):
@@ -145,11 +149,11 @@ def bmc_power_off(node: str) -> dict[str, Any]:
 
 @step(idempotent=False)  # after ResetAll the site's credentials are gone: asked once, as the last BMC call
 def bmc_reset(node: str) -> str:
-    from lifecycle.drivers.bmc.factory import driver_for
     from lifecycle.drivers.bmc.redfish import RedfishDriver
     from lifecycle.drivers.bmc.redfish_reset import reset_to_defaults
+    from lifecycle.workflows.bmc_calls import open_bmc
 
-    bmc = driver_for(shared_store().get(node).node().bmc)
+    bmc = open_bmc(node)
     try:
         if not isinstance(bmc, RedfishDriver):
             raise NotSupported(bmc.target, "IPMI has no reset of the BMC's settings to defaults")

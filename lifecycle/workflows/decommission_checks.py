@@ -10,8 +10,9 @@ checks the workflow runs (as one journaled step), without the engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lifecycle.drivers.bmc.base import Capability
@@ -23,14 +24,48 @@ from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
 from lifecycle.model.states import TRANSITIONS, State
 from lifecycle.store import Store
+from lifecycle.workflows.checks import Check, guard
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.kube_pool import driver as kube_driver
+from lifecycle.workflows.provision import ProvisionSettings
 
 SLURM_CONF_CMD_ENV = "RACKLIFE_SLURM_CONF_CMD"
 """The site's hook that removes a node from slurm.conf and has slurmctld reread it (argv, node appended)."""
 
 # States a node leaves its scheduler from first (drain, then decommission).
 LEAVE_FIRST = frozenset({State.IN_SERVICE, State.DRAINING})
+
+
+@dataclass(frozen=True)
+class ReadbackSettings:
+    """How a decommission reaches the node it erased to read its drives back: the boot server and SSH."""
+
+    provision: ProvisionSettings
+    """Where the boot server is and the images it serves."""
+    ssh_config: str
+    """ssh_config that reaches the booted node (key auth, pinned host keys), as acceptance uses."""
+    image: str = "minimal"
+    """The image booted to read the drives back (:func:`readback_image`)."""
+    ssh_wait_s: float = 300.0
+
+
+MAINTENANCE_IMAGE = "maintenance"
+"""images/maintenance.yaml: busybox, dropbear and nvme-cli, the image a real node's drives are read back from."""
+
+
+def readback_image(images_dir: Path, asked: str | None) -> str:
+    """The image a read-back boots: the one asked for; else ``maintenance`` where it is built (the only image
+    with an SSH server and nvme-cli); else ``minimal`` (which a real node cannot be read back from: no SSH
+    server, no nvme; the lab's emulated nodes answer for it)."""
+    if asked:
+        return asked
+    for manifest in images_dir.glob("*/manifest.json"):
+        try:
+            if json.loads(manifest.read_text()).get("name") == MAINTENANCE_IMAGE:
+                return MAINTENANCE_IMAGE
+        except (OSError, ValueError):
+            continue
+    return "minimal"
 
 
 @dataclass(frozen=True)
@@ -57,13 +92,10 @@ class DecommissionSettings:
     """The site's hook that removes a node from slurm.conf (argv; the node name is appended)."""
     certificate_dir: str = ""
     """Where erase certificates are written (one directory per node and run)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
+    readback: ReadbackSettings | None = None
+    """With ``erase``: the maintenance boot that reads each drive's own log back (None: none can be done)."""
+    readback_unavailable: str = ""
+    """Why there is no read-back (no built image, no SSH config): an ``erase`` is then refused."""
 
 
 @dataclass
@@ -94,17 +126,6 @@ class Checked:
 
 def slurm() -> SlurmDriver:
     return SlurmDriver(CommandRunner())
-
-
-def _guard(name: str, probe: Callable[[], str]) -> Check:
-    """A check whose reading failed is a failed check (fail closed), never a pass."""
-    try:
-        problem = probe()
-    except DriverError as exc:
-        return Check(name, False, f"could not be read: {exc.message}")
-    except Exception as exc:  # a broken kubeconfig, a client's own error: unknown is a failure
-        return Check(name, False, f"could not be read: {type(exc).__name__}: {exc}")
-    return Check(name, not problem, problem or "ok")
 
 
 def slurm_known(node: str) -> bool:
@@ -190,25 +211,29 @@ def prechecks(store: Store, node: str, s: DecommissionSettings) -> Checked:
                                                      "was given: set RACKLIFE_KUBECONFIG or KUBECONFIG"))
         return out
     if pool.scheduler in ("slurm", "kubernetes"):
-        out.checks.append(_guard("no foreign drain or cordon", lambda: _foreign(node, pool, s)))
-        busy = _guard("no jobs or pods running", lambda: _busy(node, pool, s))
+        out.checks.append(guard("no foreign drain or cordon", lambda: _foreign(node, pool, s)))
+        busy = guard("no jobs or pods running", lambda: _busy(node, pool, s))
         if s.force and not busy.ok and not busy.detail.startswith("could not be read"):
             busy = Check(busy.name, True, f"--force: {busy.detail} (requeued or evicted)")
         out.checks.append(busy)
     if s.erase:
         why = unsupported_reason(rec.node(), Capability.ERASE)
         out.checks.append(Check("BMC can erase", why is None, why or f"{rec.node().bmc.driver}: Drive.SecureErase"))
+        back = s.readback
+        out.checks.append(Check("erase can be read back", back is not None,
+                                f"maintenance boot of {back.image}, then nvme sanitize-log over SSH" if back
+                                else s.readback_unavailable or "no boot server and SSH to read the drives back"))
     if s.reset_bmc:
-        out.checks.append(_guard("BMC can reset to defaults", lambda: _reset_support(store, node)))
+        out.checks.append(guard("BMC can reset to defaults", lambda: _reset_support(store, node)))
     return out
 
 
 def _reset_support(store: Store, node: str) -> str:
-    from lifecycle.drivers.bmc.factory import driver_for
     from lifecycle.drivers.bmc.redfish import RedfishDriver
     from lifecycle.drivers.bmc.redfish_reset import reset_support
+    from lifecycle.workflows.bmc_calls import open_bmc
 
-    bmc = driver_for(store.get(node).node().bmc)
+    bmc = open_bmc(node, store)
     try:
         if not isinstance(bmc, RedfishDriver):
             return "the node's BMC speaks IPMI, which has no reset of its settings to defaults"
@@ -247,8 +272,13 @@ def plan_lines(store: Store, node: str, s: DecommissionSettings) -> list[str]:
     elif pool.scheduler == "kubernetes":
         lines.append(f"leave Kubernetes: cordon{', evict its pods' if s.force else ''}")
     if s.erase:
-        lines += ["secure erase of every drive through the BMC, each Task followed to the end",
-                  "read back each drive; write a signed erase certificate (an unverified erase stops here)"]
+        image = s.readback.image if s.readback else "minimal"
+        lines += [f"maintenance boot of the {image} image through the BMC and the boot server; read sampled "
+                  "blocks of each drive over SSH (dd, sha256sum), with a seed chosen now",
+                  "secure erase of every drive through the BMC, each Task followed to the end",
+                  f"maintenance boot of the {image} image again; read each drive's NVMe Sanitize Status log "
+                  "(nvme sanitize-log) and the same sampled blocks over SSH",
+                  "write a signed erase certificate (an unverified erase stops here)"]
     lines.append("power off")
     if s.reset_bmc:
         lines.append("reset the BMC's settings to defaults (ResetAll: the last call to that BMC)")

@@ -10,13 +10,13 @@ stdin closed and its output discarded) and expects them to return quickly.
 ``racklife slurm suspend-program HOSTLIST`` and ``resume-program HOSTLIST``
 therefore only start one detached worker per node and exit 0. The worker
 (``python -m lifecycle.workflows.elastic_worker lend|reclaim NODE``) takes the
-node's lock, launches DBOS with the executor id ``HOST/elastic/NODE`` — so it
-first finishes whatever an earlier worker for that node left unfinished, and
-no two processes ever run that executor's workflows — then runs the
+node's lock and enters the workflow Controller of role ``elastic/NODE`` — so
+it first finishes whatever an earlier worker for that node left unfinished
+(the Controller adopts a dead process's runs of its role) — then runs the
 lend or reclaim workflow and logs its outcome as one JSON line. With a live
-``racklife serve`` the worker hands the run to the service instead (it still
-takes the node's lock, so one node's runs keep their arrival order) and logs
-the outcome the same way.
+``racklife serve`` the Controller hands the run to the service instead (the
+worker still takes the node's lock, so one node's runs keep their arrival
+order) and logs the outcome the same way.
 
 Configuration comes from the environment slurmctld gives the programs (see
 docs/slurm.md): ``RACKLIFE_DB``, ``RACKLIFE_KUBECONFIG``,
@@ -38,11 +38,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.drivers.slurm.hostlist import expand
 from lifecycle.drivers.slurm.role import ROLE_CMD_ENV
 from lifecycle.model import vocab
+
+if TYPE_CHECKING:  # the workflows are imported only by the worker that runs one (slurmctld waits on spawn)
+    from lifecycle.workflows.elastic import ElasticSettings
 
 ACTIONS = ("lend", "reclaim")
 
@@ -57,7 +60,7 @@ def _check_env(env: Mapping[str, str]) -> tuple[str, list[str]]:
     return kubeconfig, role_cmd
 
 
-def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+def settings_from_env(env: Mapping[str, str]) -> ElasticSettings:
     """The workflows' settings, or ValueError naming what is missing (fail closed)."""
     from lifecycle.workflows.elastic import ElasticSettings
 
@@ -66,7 +69,7 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         kubeconfig=kubeconfig, role_cmd=tuple(role_cmd),
         lend_pool=env.get("RACKLIFE_LEND_POOL") or "inference",
         reclaim_deadline_s=float(env.get("RACKLIFE_RECLAIM_DEADLINE_S") or 120),
-    ).to_dict()
+    )
 
 
 def _lock_dir(env: Mapping[str, str]) -> Path:
@@ -112,10 +115,14 @@ def run_worker(action: str, node: str, workflow_id: str, report: Callable[[dict[
                env: Mapping[str, str] | None = None) -> None:
     """Run one node's lend or reclaim to its end (after finishing that node's cut-off runs).
 
-    ``report`` gets the outcome before DBOS shuts down, so the log has it even
-    if the shutdown is slow.
+    Through the one :class:`~lifecycle.workflows.controller.Controller` of role ``elastic/NODE``: with a
+    live `racklife serve` it hands the run to the service; else it runs here, and first waits for the
+    runs an earlier worker for this node left (the Controller adopts a dead process's runs of its
+    role, and :meth:`Controller.start` waits for the ones that hold the node). ``report`` gets the
+    outcome before DBOS shuts down, so the log has it even if the shutdown is slow.
     """
-    from lifecycle.workflows import elastic, engine, registry
+    from lifecycle.workflows import elastic
+    from lifecycle.workflows.controller import Controller
 
     env = dict(os.environ if env is None else env)
     settings = settings_from_env(env)
@@ -123,46 +130,9 @@ def run_worker(action: str, node: str, workflow_id: str, report: Callable[[dict[
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with (lock_dir / f"{node}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker per node at a time, in arrival order
-        role = f"elastic/{node}"
         func = elastic.lend_node if action == "lend" else elastic.reclaim_node
-        if _hand_off(role, func, node, settings, workflow_id, report):
-            return
-        registry.launch(role=role)
-        try:
-            _finish_cut_off(f"{engine.executor_id()}/{role}", workflow_id)
-            with engine.with_id(workflow_id):
-                handle = engine.start(func, node, settings)
-            report(handle.get_result())
-        finally:
-            engine.shutdown()
-
-
-def _hand_off(role: str, func: Callable[..., Any], node: str, settings: dict[str, Any], workflow_id: str,
-              report: Callable[[dict[str, Any]], None]) -> bool:
-    """With a live `racklife serve`, run the workflow there and report its outcome; False: run it here."""
-    from lifecycle.store import shared_store
-    from lifecycle.workflows.controller import Controller, live_services
-
-    if not live_services(shared_store()):
-        return False
-    with Controller(role) as ctl:
-        # A service gone between the look and now: the Controller runs it here instead, the same run.
-        report(ctl.start(func, node, settings, workflow_id=workflow_id, nodes=[node]).get_result())
-    return True
-
-
-def _finish_cut_off(executor: str, current: str) -> None:
-    """Wait for the runs this executor recovered on launch (a worker killed earlier left them).
-
-    DBOS puts a recovered background workflow back on its internal queue
-    (``ENQUEUED``) and runs it from there, so both statuses are waited for.
-    """
-    from dbos import DBOS
-
-    for status in DBOS.list_workflows(status=["PENDING", "ENQUEUED"], executor_id=executor, load_input=False,
-                                      load_output=False):
-        if status.workflow_id != current:
-            DBOS.retrieve_workflow(status.workflow_id).get_result()
+        with Controller(f"elastic/{node}") as ctl:
+            report(ctl.start(func, node, settings, workflow_id=workflow_id, nodes=[node]).get_result())
 
 
 def program(action: str, hostlists: list[str]) -> int:

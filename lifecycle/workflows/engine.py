@@ -49,8 +49,24 @@ from lifecycle.store import connect, db, leases
 # source pool's floor as a step (reserve_floor) after its pre-checks.
 # 0.8: a role swap runs the per-node cycle (node_cycle: leave, changes, re-test, join) with its pool
 # move and role switch as changes; reimage (changes.change_node) and rolling upgrade (upgrade) runs.
-APP_VERSION = "racklife-0.8"
+# 0.9: elastic lend and reclaim run the node cycle (node_ops.LEND / RECLAIM, a lease each, phase times in a
+# lend or reclaim history row); the role switch is one step (role_switch.switch_role) for every workflow.
+# 0.10: a lend and a reclaim reserve their source pool's floor on the lease (leasing.reserve_floor, the role
+# swap's step) before they touch the node.
+# 0.11: provisioning takes its node's lease in its first step (begin_run), not a step of its own.
+# 0.12: the boot server's provisioning settings are typed inside every run's arguments (ProvisionSettings, each
+# image a BootImage, in a role swap's, a repair's, a change's and a read-back's settings), and a durable apply's
+# request carries one RunnerSettings: a run recorded with the old shapes is swept, not decoded.
+# 0.13: a run gives its leases back with a plain call, not a release_leases step; provisioning's first step
+# (begin_run) also starts the first boot attempt (two steps per node, not three).
+# 0.14: apply_fleet returns the ApplyReport and its request names the actions it may take (the stacks' part).
+APP_VERSION = "racklife-0.14"
 NOTIFICATION_POLL_S = 0.5
+# How often every racklife queue looks for a free slot. Each look is a few DBOS queries whether or
+# not a slot is free (about 2 ms of CPU), so at 0.05 s an idle `racklife serve` spent about 4 % of a
+# core per queue on them, and a 1,000-node provisioning two polls per node; a slot waits half the
+# interval longer on average (1 % of a 10 s boot). docs/provisioning.md, Throughput.
+QUEUE_POLL_S = 0.2
 
 _launched_url: str | None = None
 
@@ -205,6 +221,27 @@ class Inspector:
     def send(self, workflow_id: str, message: Any, topic: str) -> None:
         """A message to a run (``DBOS.recv(topic)`` in it reads it), through the database."""
         self._client.send(workflow_id, message, topic)
+
+    def pending_messages(self, workflow_id: str, topic: str) -> list[Any]:
+        """The messages sent to a run on ``topic`` that it has not received yet, oldest first.
+
+        DBOS has no public call for this; its system database keeps every message in ``notifications``
+        until ``DBOS.recv`` marks it ``consumed`` (DBOS 3.4, pinned in pyproject.toml:
+        tests/workflows/test_upgrade_control.py fails when that changes).
+        """
+        if self.empty:
+            return []
+        from dbos._serialization import deserialize_value
+
+        sys_db: Any = self._client._sys_db
+        t = sys_db.tables.notifications
+        query = (sa.select(t.c.message, t.c.serialization)
+                 .where(*sys_db._wf(t, workflow_id, "destination_uuid"), t.c.topic == topic,
+                        t.c.consumed == sa.false())
+                 .order_by(t.c.created_at_epoch_ms.asc()))
+        with sys_db.engine.begin() as c:
+            rows = c.execute(query).fetchall()
+        return [deserialize_value(m, ser, sys_db.serializer) for m, ser in rows]
 
     def event(self, workflow_id: str, key: str) -> Any:
         """The latest value a run published as ``key`` (``DBOS.set_event``), or None."""

@@ -20,6 +20,7 @@ capacity — so the join and leave logic exists once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,10 @@ from lifecycle.drivers.kube.types import EvictionBackoff
 from lifecycle.model.skus import SKUS
 from lifecycle.store import shared_store
 from lifecycle.workflows.leasing import release_leases, take_leases
-from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state, transition
+from lifecycle.workflows.node_ops import SWAP, Moves, current_run_id, node_pool, node_state, transition
 from lifecycle.workflows.retry import step
 from lifecycle.workflows.slurm_pool import PoolOutcome, valid_acceptance
+from lifecycle.workflows.waiting import waiting
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def driver(s: KubeSettings) -> KubeDriver:
     return KubeApiDriver.from_kubeconfig(Path(s.kubeconfig))
 
 
-def _close(kube: KubeDriver) -> None:
+def close(kube: KubeDriver) -> None:
     close = getattr(kube, "close", None)
     if close is not None:
         close()
@@ -76,17 +78,18 @@ def kube_holder(node: str, s: KubeSettings) -> str:
             return f"Kubernetes: cordoned by {current.owner.describe()}; racklife leaves it (not lifted)"
         return ""
     finally:
-        _close(kube)
+        close(kube)
 
 
 @step(idempotent=False)  # a wait to a deadline: a retry would extend it
 def kube_wait_ready(node: str, gpus: int, s: KubeSettings) -> dict[str, Any]:
     kube = driver(s)
     try:
-        seen = kube.wait_ready(node, gpus, deadline_s=s.ready_timeout_s, poll_s=s.poll_s)
+        with waiting(node, "join", f"the kubelet to report Ready with {gpus} GPU(s)"):
+            seen = kube.wait_ready(node, gpus, deadline_s=s.ready_timeout_s, poll_s=s.poll_s)
         return {"ready": seen.ready, "gpus": seen.gpus}
     finally:
-        _close(kube)
+        close(kube)
 
 
 @step(idempotent=True)  # set_pool reads first; the same pool again changes nothing
@@ -98,7 +101,7 @@ def kube_set_pool(node: str, pool: str, s: KubeSettings) -> dict[str, Any]:
                 "taints_added": [str(t) for t in change.taints_added],
                 "taints_removed": [str(t) for t in change.taints_removed]}
     finally:
-        _close(kube)
+        close(kube)
 
 
 @step(idempotent=True)  # uncordon reads first
@@ -114,7 +117,7 @@ def kube_lift_own_cordon(node: str, s: KubeSettings) -> str:
             raise KubeNotOurs(node, owner, current_run_id())
         return str(kube.uncordon(node, owner.run_id).action)
     finally:
-        _close(kube)
+        close(kube)
 
 
 @step(idempotent=True)  # cordon reads first; ours again is "already"
@@ -124,7 +127,7 @@ def kube_cordon(node: str, reason: str, s: KubeSettings) -> dict[str, Any]:
         result = kube.cordon(node, current_run_id(), reason)
         return {"action": result.action, "owner": result.owner.describe()}
     finally:
-        _close(kube)
+        close(kube)
 
 
 @step(idempotent=False)  # a wait to the leave's deadline: never started twice
@@ -132,25 +135,32 @@ def kube_drain(node: str, deadline_s: float, s: KubeSettings) -> dict[str, Any]:
     """Evict every pod through the Eviction API; refuses unless this run holds the cordon."""
     kube = driver(s)
     try:
-        report = kube.drain(node, deadline_s=deadline_s, backoff=EvictionBackoff(first_s=0.5, max_s=5.0),
-                            run_id=current_run_id())
+        with waiting(node, "leave", "Kubernetes to evict the node's pods") as say:
+            report = kube.drain(node, deadline_s=deadline_s, backoff=EvictionBackoff(first_s=0.5, max_s=5.0),
+                                run_id=current_run_id(), on_wait=say)
         return {"evicted": list(report.evicted), "skipped": dict(report.skipped), "blocked": dict(report.blocked),
                 "terminating": list(report.terminating), "eviction_calls": report.eviction_calls,
                 "waited_s": round(report.waited_s, 2), "complete": report.complete,
                 "blockers": [b.describe() for b in report.blockers], "describe": report.describe()}
     finally:
-        _close(kube)
+        close(kube)
 
 
 # ------------------------------------------------------------------ bodies (inside a run holding the node)
 
 
-def join_body(node: str, s: KubeSettings) -> PoolOutcome:
-    """Take an accepted (or drained, or join_failed) node of a Kubernetes pool into service."""
+def join_body(node: str, s: KubeSettings, moves: Moves = SWAP, pool_name: str | None = None,
+              last: Callable[[], Any] | None = None) -> PoolOutcome:
+    """Take an accepted (or drained, or join_failed) node of a Kubernetes pool into service.
+
+    ``pool_name``: the pool whose labels and taints it takes (default: its own; a lent node keeps its Slurm
+    pool and serves the lend pool); ``last`` runs before the node is recorded in service (a lend lifts its
+    Slurm drain there), its DriverError a failed join.
+    """
     out = PoolOutcome(node, False, node_state(node))
     store = shared_store()
     rec = store.get(node)  # its sku only; the pool comes journaled (a replay must see what the run saw)
-    pool_name = node_pool(node)
+    pool_name = pool_name or node_pool(node)
     pool = store.pool(pool_name)
     if pool.scheduler != "kubernetes":
         out.reason = f"pool '{pool_name}' is not a Kubernetes pool (scheduler: {pool.scheduler})"
@@ -160,7 +170,7 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
     except DriverError as exc:
         out.reason = f"kubernetes: {exc.message}"
         return out
-    if out.state == "in_service":
+    if out.state == moves.served:
         if foreign:
             out.reason = foreign  # the store's "in service" is stale: say what Kubernetes says
         else:
@@ -170,35 +180,41 @@ def join_body(node: str, s: KubeSettings) -> PoolOutcome:
     if record is None:
         out.reason = "no passing, unexpired acceptance record: run `racklife accept` first (fail closed)"
         return out
-    if out.state != "joining":
+    if moves.join is None:
+        if out.state != moves.joining:
+            out.reason = f"node is {out.state}; only a node {moves.joining} joins here"
+            return out
+    elif out.state != moves.joining:
         try:
-            transition(node, "join", f"join Kubernetes pool {pool_name}", acceptance_record=record)
+            transition(node, moves.join, f"join Kubernetes pool {pool_name}", acceptance_record=record)
         except Exception as exc:  # IllegalTransition or StoreError, already journaled by DBOS
             out.reason = str(exc)
             return out
     if foreign:
         out.reason = foreign
-        out.state = transition(node, "join_fail", foreign)
+        out.state = transition(node, moves.join_fail, foreign)
         return out
     report: dict[str, Any] = {}
     try:
         report["ready"] = kube_wait_ready(node, SKUS[rec.sku].gpu_count, s)
         report["pool"] = kube_set_pool(node, pool_name, s)
         report["uncordon"] = kube_lift_own_cordon(node, s)
+        if last is not None:
+            report["last"] = last()
     except DriverError as exc:
         out.report = report
         out.reason = f"kubernetes: {exc.message}"
-        out.state = transition(node, "join_fail", out.reason[:500])
+        out.state = transition(node, moves.join_fail, out.reason[:500])
         return out
     out.report = report
-    out.state = transition(node, "join_done", f"in service in Kubernetes pool {pool_name} (Ready, "
-                                              f"{report['ready']['gpus']} nvidia.com/gpu allocatable)")
+    out.state = transition(node, moves.joined, f"in service in Kubernetes pool {pool_name} (Ready, "
+                                               f"{report['ready']['gpus']} nvidia.com/gpu allocatable)")
     out.ok = True
     return out
 
 
-def leave_body(node: str, deadline_s: float, why: str, s: KubeSettings) -> PoolOutcome:
-    """Cordon (owned by this run) and drain a node in service in a Kubernetes pool."""
+def leave_body(node: str, deadline_s: float, why: str, s: KubeSettings, moves: Moves = SWAP) -> PoolOutcome:
+    """Cordon (owned by this run) and drain a node in service in a Kubernetes pool (or lent to one)."""
     out = PoolOutcome(node, False, node_state(node))
     try:
         foreign = kube_holder(node, s)
@@ -208,31 +224,31 @@ def leave_body(node: str, deadline_s: float, why: str, s: KubeSettings) -> PoolO
     if foreign:
         out.reason = foreign  # nothing recorded: the cordon is not racklife's
         return out
-    if out.state == "drained":
-        out.ok, out.reason = True, "already drained"
+    if moves.left is not None and out.state == moves.left_state:
+        out.ok, out.reason = True, f"already {out.state}"
         return out
-    if out.state == "in_service":
-        transition(node, "drain", why)
-    elif out.state != "draining":
-        out.reason = f"node is {out.state}; only a node in service (or draining) can leave"
+    if out.state == moves.serving:
+        transition(node, moves.leave, why)
+    elif out.state != moves.leaving:
+        out.reason = f"node is {out.state}; only a node {moves.serving} (or {moves.leaving}) can leave"
         return out
     try:
         cordon = kube_cordon(node, why, s)
         if cordon["action"] == "foreign":
             out.reason = f"Kubernetes: cordoned by {cordon['owner']} meanwhile; racklife leaves it"
-            out.state = "draining"
+            out.state = moves.leaving
             return out
         out.report = kube_drain(node, deadline_s, s)
     except DriverError as exc:
         out.reason = f"kubernetes: {exc.message}"
-        out.state = "draining"
+        out.state = moves.leaving
         return out
     if out.report.get("complete"):
-        out.state = transition(node, "drain_done", f"drained from Kubernetes; pods evicted: "
-                                                   f"{len(out.report.get('evicted', []))}")
+        out.state = moves.leaving if moves.left is None else transition(
+            node, moves.left, f"drained from Kubernetes; pods evicted: {len(out.report.get('evicted', []))}")
         out.ok = True
     else:
-        out.state = "draining"
+        out.state = moves.leaving
         out.reason = "not drained by the deadline: " + "; ".join(
             out.report.get("blockers") or [f"still terminating: {', '.join(out.report.get('terminating', []))}"])
     return out

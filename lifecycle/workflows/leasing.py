@@ -1,8 +1,10 @@
 """One run per node, as workflow steps, and what happens to the runs no one can finish.
 
 A workflow takes its nodes' leases as its first step (:func:`take_leases`)
-and gives them back as its last (:func:`release_leases`, in a ``finally`` so an
-error ends the run without keeping its nodes). A run that ends without that
+and gives them back as its last act (:func:`release_leases`, in a ``finally`` so an
+error ends the run without keeping its nodes). A run that moves a node out of
+a pool reserves that leave on the lease with the pool's floor check
+(:func:`reserve_floor`: role swap, lend, reclaim). A run that ends without that
 step (cancelled, or out of recovery attempts) is terminal in the engine, and
 any controller releases its leases (:func:`sweep`).
 
@@ -50,6 +52,12 @@ def take_leases(nodes: list[str], workflow: str) -> dict[str, str]:
 
     A lease held by a run the engine says is over (or never knew) is taken over.
     """
+    return lease_nodes(nodes, workflow)
+
+
+def lease_nodes(nodes: list[str], workflow: str) -> dict[str, str]:
+    """:func:`take_leases`'s work, for a step that takes the leases as its first act (provisioning's
+    ``begin_run``: one journaled step, not two); idempotent, as a step re-run after a crash needs."""
     store = shared_store()
     run_id = current_run_id()
     found = leases.holders(store, nodes)
@@ -60,8 +68,25 @@ def take_leases(nodes: list[str], workflow: str) -> dict[str, str]:
     return {n: holder_message(n, le) for n, le in out.held.items()}
 
 
-@step(idempotent=True)
+@step(idempotent=True)  # a re-run finds its own reservation and counts the same
+def reserve_floor(node: str, source: str, batch: list[str]) -> dict[str, Any]:
+    """Check ``source``'s floor and reserve this node's leave on its lease, atomically (concurrent moves).
+
+    The one floor check of every move out of a pool: a role swap's, a lend's and a reclaim's.
+    ``{"ok": …, "detail": the numbers}``; the reservation goes with the lease (:func:`release_leases`).
+    """
+    count = leases.reserve_leave(shared_store(), node, current_run_id(), source, batch)
+    return {"ok": count.ok, "detail": count.describe()}
+
+
 def release_leases() -> list[str]:
+    """Give back every lease this run holds; return the nodes released.
+
+    Called by the workflow itself, not journaled as a step: it is the run's last act and
+    idempotent (it deletes the run's own rows), so a replay after a crash releases again
+    harmlessly, and a cancelled run, whose steps would refuse to run, still gives its nodes
+    back. One journal write fewer per run (a node's provisioning pays for each).
+    """
     return leases.release(shared_store(), current_run_id())
 
 
@@ -123,6 +148,12 @@ def sweep(store: Store, pending: list[Any], dead: Callable[[str], bool]) -> Swee
             out.abandoned.append(abandon(
                 store, s.workflow_id,
                 f"started by racklife version {s.app_version}, this is {engine.APP_VERSION}",
+                lambda r: DBOS.cancel_workflow(r)))
+        elif isinstance(s.input, str) and s.executor_id and dead(s.executor_id):
+            # DBOS hands back the recorded arguments as text when it cannot decode them (a class this code
+            # lacks): the run cannot be replayed here, and adopting it broke every recovery after it.
+            out.abandoned.append(abandon(
+                store, s.workflow_id, "its recorded arguments cannot be decoded by this racklife",
                 lambda r: DBOS.cancel_workflow(r)))
     held = {le.run_id for le in leases.holders(store).values()}
     known = statuses(held)

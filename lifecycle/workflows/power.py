@@ -9,7 +9,6 @@ to the state it is in is success), then waits for Slurm to return the node
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from lifecycle.drivers.errors import DriverError
 from lifecycle.store import shared_store
 from lifecycle.workflows.leasing import release_leases, take_leases
 from lifecycle.workflows.retry import step
+from lifecycle.workflows.slurm_pool import wait_for_slurm
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,9 @@ class PowerOutcome:
 @step(idempotent=True)
 def bmc_power_on(node: str) -> str:
     """Power the node on if the BMC says it is off; return the power state found first."""
-    from lifecycle.drivers.bmc.factory import driver_for  # vendor SDKs only when a BMC is used
+    from lifecycle.workflows.bmc_calls import open_bmc  # vendor SDKs only when a BMC is used
 
-    bmc = driver_for(shared_store().get(node).node().bmc)
+    bmc = open_bmc(node)
     try:
         was = bmc.power_state()
         if was in (PowerState.OFF, PowerState.POWERING_OFF):
@@ -53,26 +53,12 @@ def bmc_power_on(node: str) -> str:
 @step(idempotent=True)
 def await_slurm(node: str, wait_s: float) -> str:
     """Wait until Slurm has the node responding and not down; "" when it does, else why not."""
-    from lifecycle.drivers.slurm.driver import SlurmDriver
-    from lifecycle.drivers.slurm.runner import CommandRunner
-
     store = shared_store()
     if store.pool(store.get(node).pool).scheduler != "slurm":
         return ""
-    driver = SlurmDriver(CommandRunner())
-    deadline = time.monotonic() + wait_s
-    last = "unknown"
-    while True:
-        try:
-            st = driver.node(node).state
-            last = str(st)
-            if st.responding and st.base != "down" and not st.powered_down:
-                return ""
-        except DriverError as exc:
-            last = exc.message
-        if time.monotonic() >= deadline:
-            return f"Slurm did not have the node back within {wait_s:.0f} s (last: {last})"
-        time.sleep(1.0)
+    last = wait_for_slurm(node, wait_s, "power on", "Slurm to have the node responding after power on",
+                          lambda st: st.responding and st.base != "down" and not st.powered_down)
+    return f"Slurm did not have the node back within {wait_s:.0f} s (last: {last})" if last else ""
 
 
 @DBOS.workflow(name="power_on_node")

@@ -39,10 +39,12 @@ from lifecycle.model.skus import SKUS
 from lifecycle.model.states import TRANSITIONS, Actor, State
 from lifecycle.store import Store, shared_store
 from lifecycle.store import boot as boot_store
+from lifecycle.workflows import engine
 from lifecycle.workflows.engine import step_token
-from lifecycle.workflows.leasing import release_leases, take_leases
+from lifecycle.workflows.leasing import lease_nodes, release_leases
 from lifecycle.workflows.node_ops import current_run_id, transition
 from lifecycle.workflows.retry import retrier, step
+from lifecycle.workflows.waiting import waiting
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +53,31 @@ QUEUE = "racklife-provision"
 
 @dataclass(frozen=True)
 class ProvisionSettings:
-    """Where the boot server is and what each image is; passed as workflow input (JSON-able)."""
+    """Where the boot server is and what each image is; passed as workflow input, typed."""
 
     boot_url: str
-    images: dict[str, dict[str, Any]]  # name -> BootImage fields
+    images: dict[str, BootImage]  # name, and name:version -> the image the boot server publishes
     default_image: str
     boot_timeout_s: float = 600.0
     attempts: int = 2
+
+    def __post_init__(self) -> None:
+        wrong = [why for ok, why in (
+            (self.boot_url.startswith(("http://", "https://")), f"boot_url must be http(s)://, not {self.boot_url!r}"),
+            (self.boot_timeout_s > 0, f"boot_timeout_s must be above 0, not {self.boot_timeout_s}"),
+            (self.attempts >= 1, f"attempts must be at least 1, not {self.attempts}"),
+            (all(isinstance(i, BootImage) for i in self.images.values()), "images must be BootImage values"),
+        ) if not ok]
+        if wrong:
+            raise ValueError(f"provisioning settings: {'; '.join(wrong)}")
 
     def image(self, name: str | None) -> BootImage:
         key = name or self.default_image
         if key not in self.images:
             have = ", ".join(sorted(self.images))
             raise KeyError(f"image '{key}' is not published on the boot server (have: {have})")
-        return BootImage.from_json(self.images[key])
+        return self.images[key]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -77,6 +87,8 @@ class Outcome:
     state: str
     reason: str = ""
     steps: list[str] = field(default_factory=list)
+    ssh_host_key: str = ""
+    """A maintenance boot: the SSH host key the booted image reported with its phone-home ("" if none)."""
 
 
 class PhoneHomeWatch:
@@ -150,14 +162,15 @@ _drivers_lock = threading.Lock()
 
 def _bmc(node: str) -> tuple[BmcDriver, Node]:
     # Imported here: the factory pulls in vendor SDKs only when a BMC is really used.
-    from lifecycle.drivers.bmc.factory import driver_for
+    from lifecycle.workflows.bmc_calls import open_bmc
 
     run = current_run_id()
     with _drivers_lock:
         got = _drivers.get(run)
     if got is None:
-        spec = shared_store().get(node).node()
-        got = (driver_for(spec.bmc), spec)
+        store = shared_store()
+        spec = store.get(node).node()
+        got = (open_bmc(node, store, spec=spec), spec)
         with _drivers_lock:
             _drivers[run] = got
     return got
@@ -215,33 +228,57 @@ def _begin(store: Store, node: str, image_label: str) -> State:
 
 
 @step(idempotent=True)
-def begin_run(node: str, image_label: str) -> dict[str, Any]:
-    """Begin the run and, from ``inspecting``, inspect: ``state`` (where the node is now),
-    ``inspected`` and ``reason``.
+def begin_run(node: str, image_label: str, boot: BootRequest | None = None) -> dict[str, Any]:
+    """Take the node's lease, begin the run, from ``inspecting`` inspect, and once the node is
+    ``provisioning`` start its first boot (``boot``): ``held`` (why another run holds the node, ""
+    when this run does), ``state`` (where the node is now), ``inspected``, ``reason`` and, when
+    ``boot`` was given and the node is provisioning, ``started`` (the first attempt's
+    :func:`boot_attempt` result).
 
-    One step for both (one journal write, not two): from enrolled or a failed inspection the
-    node enters ``inspecting`` and the BMC's inventory is compared with the inventory file; on
-    a match it moves on to ``provisioning`` (``reason`` ""), else ``reason`` says why inspection
-    failed (the caller records ``inspect_fail``). A BMC error is raised (a temporary one is
-    retried: every part reads first). A re-run after a crash finds the state it set.
+    One step for all of it (one journal write, not four): the lease first (one run per node:
+    a node held by another live run is left as it is, nothing else is done); then from
+    enrolled or a failed inspection the node enters ``inspecting`` and the BMC's inventory is
+    compared with the inventory file; on a match it moves on to ``provisioning`` (``reason``
+    ""), else ``reason`` says why inspection failed (the caller records ``inspect_fail``). A
+    BMC error of the inspection is raised (a temporary one is retried: every part reads first).
+    A re-run after a crash finds its own lease and the state it set, and the first boot's claim:
+    the power cycle is never sent twice (:func:`boot_attempt`).
     """
+    held = lease_nodes([node], "provision_node")
+    if held:
+        return {"held": held[node], "state": "", "inspected": False, "reason": ""}
     store = shared_store()
     state = _begin(store, node, image_label)
-    if state is not State.INSPECTING:
-        return {"state": state.value, "inspected": False, "reason": ""}
-    driver, spec = _bmc(node)
-    problems = _mismatches(spec, driver.inspect())
-    if problems:
-        return {"state": state.value, "inspected": True, "reason": "; ".join(problems)}
-    done = store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
-                                    ("provision", f"provision with image {image_label}")],
-                             Actor.WORKFLOW, run_id=current_run_id())
-    return {"state": done.target.value, "inspected": True, "reason": ""}
+    inspected = False
+    if state is State.INSPECTING:
+        driver, spec = _bmc(node)
+        problems = _mismatches(spec, driver.inspect())
+        if problems:
+            return {"held": "", "state": state.value, "inspected": True, "reason": "; ".join(problems)}
+        state = store.transitions(node, [("inspect_done", "BMC inventory matches the inventory file"),
+                                         ("provision", f"provision with image {image_label}")],
+                                  Actor.WORKFLOW, run_id=current_run_id()).target
+        inspected = True
+    out: dict[str, Any] = {"held": "", "state": state.value, "inspected": inspected, "reason": ""}
+    if boot is not None and state is State.PROVISIONING:
+        out["started"] = _start_boot(node, boot)
+    return out
+
+
+@dataclass(frozen=True)
+class BootRequest:
+    """One boot attempt, as its step takes it: the image, the attempt's number, where to phone home,
+    the token's lifetime and how long the phone-home is waited for."""
+
+    image: dict[str, Any]
+    attempt: int
+    phone_home_url: str
+    ttl_s: float
+    wait_s: float
 
 
 @step(idempotent=False)
-def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url: str,
-                 ttl_s: float, wait_s: float) -> dict[str, Any]:
+def boot_attempt(node: str, req: BootRequest) -> dict[str, Any]:
     """One boot attempt: the one-time network boot, then the power cycle. ``reason`` ("" when
     under way, else why it could not start) and ``until``, the time (epoch seconds) its
     phone-home is waited for.
@@ -257,22 +294,28 @@ def boot_attempt(node: str, image: dict[str, Any], attempt: int, phone_home_url:
     checkpoint) finds the claim and sends nothing, so a node is cycled at most
     once per attempt and keeps the token it may already have fetched. A crash
     between the claim and the cycle loses the cycle; the attempt's timeout
-    brings the next one.
+    brings the next one. A first provisioning starts its first attempt inside
+    ``begin_run`` (the same work, :func:`_start_boot`): one journal write fewer.
     """
+    return _start_boot(node, req)
+
+
+def _start_boot(node: str, req: BootRequest) -> dict[str, Any]:
+    """:func:`boot_attempt`'s work, inside whichever step starts the attempt."""
     store = shared_store()
     run = current_run_id()
     try:
         driver, spec = _bmc(node)
         retrier().call(driver.set_boot, BootDevice.PXE, once=True)
-        img = BootImage.from_json(image)
-        if boot_store.claim_boot(store, step_token(run, f"power_cycle:{attempt}"), node,
-                                 spec.boot_mac(), run, attempt,
-                                 lambda token: ipxe_script(spec, img, phone_home_url, token),
-                                 timedelta(seconds=ttl_s)):
+        img = BootImage.from_json(req.image)
+        if boot_store.claim_boot(store, step_token(run, f"power_cycle:{req.attempt}"), node,
+                                 spec.boot_mac(), run, req.attempt,
+                                 lambda token: ipxe_script(spec, img, req.phone_home_url, token),
+                                 timedelta(seconds=req.ttl_s)):
             driver.power(PowerAction.CYCLE)  # from off, every driver powers on instead
     except DriverError as exc:
         return {"reason": _bmc_failure(exc), "until": time.time()}
-    return {"reason": "", "until": time.time() + wait_s}  # counted from the cycle, as a node boots
+    return {"reason": "", "until": time.time() + req.wait_s}  # counted from the cycle, as a node boots
 
 
 # The in-flight state a boot belongs to -> the events that end it (done, failed): a first
@@ -305,12 +348,17 @@ def await_phone_home(node: str, attempt: int, until: float, image: dict[str, Any
             if report is None:
                 log.info("%s: boot attempt %d was superseded by a later boot", node, attempt)
                 return {"phoned": False, "reason": ""}
+            if not during:  # a maintenance boot: verified, and the node's state is not the boot's to change
+                return {"phoned": True, "reason": "; ".join(_verify(report, store.get(node).node(),
+                                                                    BootImage.from_json(image))),
+                        "ssh_host_key": str(report.get("ssh_host_key", ""))}
             return {"phoned": True, "reason": _record_verdict(store, node, report, BootImage.from_json(image),
                                                               State(during))}
         remaining = until - time.time()
         if remaining <= 0:
             return {"phoned": False, "reason": ""}
-        WATCH.wait(run, attempt, remaining)
+        with waiting(node, "boot", f"phone-home of boot attempt {attempt} ({remaining:.0f} s left)", run_id=run):
+            WATCH.wait(run, attempt, remaining)
 
 
 def _record_verdict(store: Store, node: str, report: dict[str, Any], img: BootImage,
@@ -340,79 +388,112 @@ def _verify(report: dict[str, Any], spec: Node, image: BootImage) -> list[str]:
 
 
 @DBOS.workflow(name="provision_node")
-def provision_node(node: str, image_name: str | None, settings: dict[str, Any]) -> dict[str, Any]:
-    """Provision one node as a run that holds it (one run per node) from start to end."""
-    held = take_leases([node], "provision_node")
-    if held:
-        return asdict(Outcome(node, False, "", held[node]))
-    try:
-        return _provision(node, image_name, ProvisionSettings(**settings))
-    finally:
-        release_leases()
+def provision_node(node: str, image_name: str | None,
+                   settings: ProvisionSettings) -> dict[str, Any]:
+    """Provision one node as a run that holds it (one run per node) from start to end.
 
-
-def _provision(node: str, image_name: str | None, cfg: ProvisionSettings) -> dict[str, Any]:
+    The lease is taken by the run's first step (``begin_run``) and released at the end, unless
+    another run held the node (then this run took nothing and has nothing to release)."""
     out = Outcome(node, False, "")
+    refused = False
+    try:
+        refused = _provision(node, image_name, settings, out)
+    finally:
+        if not refused:
+            release_leases()
+    return asdict(out)
+
+
+def _provision(node: str, image_name: str | None, cfg: ProvisionSettings, out: Outcome) -> bool:
+    """Provision into ``out``; True when another run holds the node (nothing was done)."""
     run = current_run_id()
     try:
         image = cfg.image(image_name)
         label = image_name or cfg.default_image
+        first = _boot_request(image, cfg, 1)
         try:
-            begun = begin_run(node, label)
+            begun = begin_run(node, label, first)
         except DriverError as exc:  # after the retries the policy allows
-            begun = {"state": State.INSPECTING.value, "inspected": True, "reason": _bmc_failure(exc)}
+            begun = {"held": "", "state": State.INSPECTING.value, "inspected": True, "reason": _bmc_failure(exc)}
+        if begun["held"]:
+            out.reason = begun["held"]
+            return True
         state = begun["state"]
         if begun["inspected"]:
             out.steps.append("inspect")
         if begun["reason"]:
             out.state, out.reason = transition(node, "inspect_fail", begun["reason"]), begun["reason"]
-            return asdict(out)
+            return False
         if state != State.PROVISIONING.value:
             out.state, out.reason = state, f"node is {state}; provisioning needs enrolled, available or failed"
-            return asdict(out)
-        return asdict(boot_into(node, image, cfg, State.PROVISIONING, out))
+            return False
+        boot_into(node, image, cfg, State.PROVISIONING, out, started=begun.get("started"))
+        return False
     finally:
         _release_bmc(run)
 
 
-def boot_into(node: str, image: BootImage, cfg: ProvisionSettings, during: State, out: Outcome) -> Outcome:
+def _boot_request(image: BootImage, cfg: ProvisionSettings, attempt: int) -> BootRequest:
+    return BootRequest(asdict(image), attempt, f"{cfg.boot_url}/phone-home", cfg.boot_timeout_s * 2,
+                       cfg.boot_timeout_s)
+
+
+def boot_into(node: str, image: BootImage, cfg: ProvisionSettings, during: State | None, out: Outcome,
+              first_attempt: int = 1, started: dict[str, Any] | None = None) -> Outcome:
     """Network-boot the node into ``image`` and verify it; the node is in ``during`` (a state of ``FINISH``).
 
     The attempts, the claimed power cycle and the phone-home wait of every
     provisioning, whether first (``provisioning``) or a reimage of a node
     out of service (``reprovisioning``): the outcome's state is where the
     node ended (provisioned, or the verb's failed state with the reason).
+    ``during`` None is a maintenance boot (a decommission's read-back of its
+    erased drives): the same boot, verified the same way, and the node's
+    state left as it is (``out.ok`` and ``out.reason`` say how it went).
+    A run that boots the node more than once (a decommission: before its erase and after)
+    numbers its later boots' attempts after the earlier ones' (``first_attempt``): an attempt
+    is claimed once per run, so a second boot that reused attempt 1 would cycle nothing and find
+    the first boot's phone-home. ``started``: the first attempt was already started by the run's
+    first step (provisioning's ``begin_run``), with this result.
     """
     run = current_run_id()
-    failed = FINISH[during][1]
+
+    def failed(reason: str) -> str:
+        return transition(node, FINISH[during][1], reason) if during is not None else out.state
+
     try:
         verdict: dict[str, Any] = {"phoned": False, "reason": ""}
-        for attempt in range(1, cfg.attempts + 1):
-            started = boot_attempt(node, asdict(image), attempt, f"{cfg.boot_url}/phone-home",
-                                   cfg.boot_timeout_s * 2, cfg.boot_timeout_s)
+        for attempt in range(first_attempt, first_attempt + cfg.attempts):
+            if attempt == first_attempt and started is not None:
+                boot = started
+            else:
+                boot = boot_attempt(node, _boot_request(image, cfg, attempt))
             _release_bmc(run)
-            if started["reason"]:
-                out.state = transition(node, failed, started["reason"])
-                out.reason = started["reason"]
+            if boot["reason"]:
+                out.state = failed(boot["reason"])
+                out.reason = boot["reason"]
                 return out
             out.steps.append(f"boot attempt {attempt}")
-            verdict = await_phone_home(node, attempt, started["until"], asdict(image), during.value)
+            verdict = await_phone_home(node, attempt, boot["until"], asdict(image),
+                                       during.value if during is not None else "")
             if verdict["phoned"]:
                 break
         if not verdict["phoned"]:
             reason = f"no phone-home after {cfg.attempts} boot(s) of {cfg.boot_timeout_s:.0f} s each"
-            out.state, out.reason = transition(node, failed, reason), reason
+            out.state, out.reason = failed(reason), reason
             return out
         out.reason = verdict["reason"]
         out.ok = not out.reason
-        out.state = TRANSITIONS[(during, FINISH[during][0 if out.ok else 1])].target.value
+        out.ssh_host_key = str(verdict.get("ssh_host_key", ""))
+        if during is not None:
+            out.state = TRANSITIONS[(during, FINISH[during][0 if out.ok else 1])].target.value
         return out
     finally:
         _release_bmc(run)
 
 
 @DBOS.workflow(name="provision_many")
-def provision_many(nodes: list[str], image_name: str | None, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def provision_many(nodes: list[str], image_name: str | None,
+                   settings: ProvisionSettings) -> list[dict[str, Any]]:
     queue = DBOS.retrieve_queue(QUEUE)
     if queue is None:
         raise RuntimeError(f"queue {QUEUE} is not registered; call register_provision_queue() after launch")
@@ -422,6 +503,6 @@ def provision_many(nodes: list[str], image_name: str | None, settings: dict[str,
 
 def register_provision_queue(max_in_flight: int) -> Queue:
     """At most ``max_in_flight`` nodes provisioned at once, across every process that serves the queue."""
-    return DBOS.register_queue(QUEUE, global_concurrency=max_in_flight, polling_interval_sec=0.05,
+    return DBOS.register_queue(QUEUE, global_concurrency=max_in_flight, polling_interval_sec=engine.QUEUE_POLL_S,
                                on_conflict="always_update")
 

@@ -11,6 +11,7 @@ from lifecycle.workflows import (
     kube_pool,
     node_ops,
     power,
+    power_cycle,
     provision,
     repair,
     roleswap,
@@ -19,8 +20,8 @@ from lifecycle.workflows import (
 )
 
 # Importing a workflow module registers its workflows with DBOS.
-MODULES = (accept, changes, decommission, elastic, kube_pool, node_ops, power, provision, repair, roleswap, slurm_pool,
-           upgrade)
+MODULES = (accept, changes, decommission, elastic, kube_pool, node_ops, power, power_cycle, provision, repair, roleswap,
+           slurm_pool, upgrade)
 
 # The queue front ends hand whole runs to `racklife serve` on, and the queues a command that
 # runs its workflows embedded listens to: never the service's, so that a command never picks up

@@ -4,41 +4,45 @@ A repair is what a role swap or an upgrade already is — leave the scheduler,
 change the node, re-test it, rejoin or quarantine
 (:mod:`lifecycle.workflows.node_cycle`) — with the change being the action
 the repair table chose (:mod:`lifecycle.workflows.repair_table`) or the
-operator named. The run's lease is taken through the repair circuit breaker
+operator named, built from :data:`lifecycle.workflows.repair_actions.ACTIONS`
+(``reboot``, ``reset-gpu``, ``reimage``). ``rma`` quarantines the node for
+hands-on work. The run's lease is taken through the repair circuit breaker
 (:mod:`lifecycle.store.repair_breaker`) in one transaction, so an automatic
 repair is refused while the pool already has its share under repair, and
 every repair, automatic or not, is counted.
 
-Actions here: ``reboot`` (a BMC power cycle through the node's driver, a wait
-for SSH to answer, then the re-test) and ``rma`` (quarantine, held by racklife's drain or cordon,
-with the reason, for hands-on work). ``reset-gpu`` is not built (the lab's
-fake ``nvidia-smi`` has no ``-r``, so it could not be tested) and
-``reimage`` goes through ``racklife upgrade``/``role-swap --reimage`` for now
-(docs/limits.md).
+Where the node is decides the path: a node ``in_service`` leaves its
+scheduler first; a ``quarantined`` node (an operator's repair of a node
+racklife took out) has nothing to leave and goes straight to the action,
+the re-test and the join. The re-test is acceptance at the pool's
+``retest_level``, which runs the node's load checks (the GEMM soak, nccl-tests,
+DCGM), so a node is judged busy, not idle. Automatic repairs
+(``automatic=True``, started by ``racklife serve``: :mod:`lifecycle.service.health`) are only for
+nodes in service.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from dbos import DBOS
 
-from lifecycle.drivers.bmc.base import PowerAction
 from lifecycle.model.states import State
 from lifecycle.store import repair_breaker, shared_store
 from lifecycle.workflows import accept
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.leasing import LIVE, release_leases, statuses
-from lifecycle.workflows.node_cycle import ChangeResult, CycleOutcome, LeaveSpec, cycle, quarantine
+from lifecycle.workflows.node_cycle import CycleOutcome, LeaveSpec, cycle, quarantine
 from lifecycle.workflows.node_ops import current_run_id, node_state
+from lifecycle.workflows.provision import ProvisionSettings
+from lifecycle.workflows.repair_actions import ACTIONS, ActionContext
 from lifecycle.workflows.repair_table import RepairAction
 from lifecycle.workflows.retry import step
 
 WORKFLOW = "repair_node"
-BUILT = (RepairAction.REBOOT, RepairAction.RMA)
+BUILT = (*ACTIONS, RepairAction.RMA)
+REPAIRABLE = (State.IN_SERVICE.value, State.QUARANTINED.value)
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,16 @@ class RepairSettings:
     accept: accept.AcceptSettings
     """The re-test: acceptance of the one node at a level that loads the GPUs."""
     automatic: bool = False
-    """Started from an event: refused while the pool's breaker is open."""
+    """Started from an event: refused while the pool's breaker is open, and only for a node in service."""
     kube: KubeSettings | None = None
     boot_wait_s: float = 900.0
     """How long a rebooted node has to answer over SSH before the repair fails (and quarantines it)."""
+    image: str | None = None
+    """``reimage``: NAME[:VERSION] (default: the node's image, else its pool's)."""
+    provision: ProvisionSettings | None = None
+    """``reimage``: the boot server's provisioning settings."""
+    event: int | None = None
+    """The health event that started an automatic repair (``lifecycle.store.health``)."""
 
 
 @dataclass
@@ -77,7 +87,8 @@ def take_repair_lease(node: str, automatic: bool) -> dict[str, Any]:
         why = f"node {node} is held by run {took.held.run_id} ({took.held.workflow})"
     elif not took.ok:
         why = took.count.describe()
-    return {"ok": took.ok, "reason": why, "breaker": took.count.describe()}
+    return {"ok": took.ok, "reason": why, "breaker": took.count.describe(), "open": took.count.open,
+            "held": took.held is not None}
 
 
 def repair_breaker_holders(node: str) -> list[str]:
@@ -87,65 +98,28 @@ def repair_breaker_holders(node: str) -> list[str]:
     return [le.run_id for le in leases.holders(shared_store(), [node]).values() if le.run_id != run_id]
 
 
-@step(idempotent=False)  # a second power cycle is a second outage: never retried blindly
-def bmc_power_cycle(node: str) -> str:
-    """Power-cycle the node through its BMC; return the power state found first."""
-    from lifecycle.drivers.bmc.factory import driver_for  # vendor SDKs only when a BMC is used
-
-    bmc = driver_for(shared_store().get(node).node().bmc)
-    try:
-        was = bmc.power_state()
-        bmc.power(PowerAction.CYCLE)
-        return was.value
-    finally:
-        bmc.close()
-
-
 @step(idempotent=True)  # reads only
-def await_ssh(node: str, ssh_config: str, wait_s: float) -> str:
-    """Wait until the node answers over SSH (``true``) as the re-test will reach it; "" when it does, else why not."""
-    from acceptance.fanout import Target
-    from acceptance.ssh_fabric import FabricSSH  # fabric and paramiko: only when SSH is used
-
-    transport = FabricSSH(Path(ssh_config))
-    deadline = time.monotonic() + wait_s
-    last = "no answer"
-    try:
-        while True:
-            target = Target(node, node)
-            res = transport.run(target, ["true"], timeout_s=10.0)
-            transport.release(target)
-            if res.exit_code == 0:
-                return ""
-            last = res.stderr.strip()[-200:] or f"exit {res.exit_code}"
-            if time.monotonic() >= deadline:
-                return f"the node did not answer over SSH within {wait_s:.0f} s of the power cycle (last: {last})"
-            time.sleep(2.0)
-    finally:
-        transport.close()
+def node_facts(node: str) -> dict[str, str | None]:
+    """The node's SKU and image, else its pool's image (what the actions are built from)."""
+    store = shared_store()
+    rec = store.get(node)
+    return {"sku": rec.node().sku, "image": rec.node().image or store.pool(rec.pool).image}
 
 
-@dataclass(frozen=True)
-class RebootChange:
-    """A BMC power cycle of the drained node, then SSH answering; the re-test says whether it came back sound."""
+@step(idempotent=True)  # one row per run: a re-run writes the same outcome again
+def record_event_outcome(event: int | None, outcome: str, detail: str) -> None:
+    """Say on the health event that started this run what became of it (automatic repairs only)."""
+    if event is None:
+        return
+    from lifecycle.store import health
 
-    ssh_config: str
-    wait_s: float = 900.0
-    name: str = "reboot"
+    health.set_outcome(shared_store(), event, outcome, detail[:500], current_run_id())
 
-    def precheck(self) -> str:
-        return ""
 
-    def apply(self, node: str) -> ChangeResult:
-        was = bmc_power_cycle(node)
-        why = await_ssh(node, self.ssh_config, self.wait_s)
-        if why:
-            return ChangeResult(False, why, {"power_was": was})
-        return ChangeResult(True, f"power cycled through the BMC (was {was}); answering over SSH",
-                            {"power_was": was})
-
-    def undo(self, node: str) -> ChangeResult | None:
-        return None  # a node whose reboot failed is in no known state: quarantined, never rejoined as it was
+def _refused(out: RepairOutcome, why: str, s: RepairSettings, outcome: str = "refused") -> dict[str, Any]:
+    out.reason = f"refused, nothing changed: {why}"
+    record_event_outcome(s.event, outcome, out.reason)
+    return asdict(out)
 
 
 @DBOS.workflow(name=WORKFLOW)
@@ -153,24 +127,35 @@ def repair_node(node: str, s: RepairSettings) -> dict[str, Any]:
     """Repair one node as a run that holds it: the breaker, then the action, re-test, rejoin or quarantine."""
     out = RepairOutcome(node, state=node_state(node), action=s.action.value)
     if s.action not in BUILT:
-        out.reason = f"refused, nothing changed: action {s.action.value} is not built (docs/limits.md)"
-        return asdict(out)
+        return _refused(out, f"action {s.action.value} is not a repair racklife performs", s)
     took = take_repair_lease(node, s.automatic)
     out.breaker = took["breaker"]
     if not took["ok"]:
-        out.reason = f"refused, nothing changed: {took['reason']}"
-        return asdict(out)
+        return _refused(out, took["reason"], s, "breaker_open" if not took["held"] and took["open"] else "refused")
     try:
-        if out.state != State.IN_SERVICE.value:
-            out.reason = f"refused, nothing changed: node is {out.state}; a repair here needs it in service"
-            return asdict(out)
+        out.state = node_state(node)
+        allowed = (State.IN_SERVICE.value,) if s.automatic else REPAIRABLE
+        if out.state not in allowed:
+            return _refused(out, f"node is {out.state}; a repair here needs it "
+                                 f"{' or '.join(allowed).replace('_', ' ')}", s)
         why = f"repair ({s.action.value}): {s.reason}"
         if s.action is RepairAction.RMA:
+            if out.state == State.QUARANTINED.value:
+                return _refused(out, "the node is quarantined already", s)
             quarantine(node, out, f"{why}; hands-on work needed", s.kube)
             out.reason = f"quarantined for hands-on work: {s.reason}"
-        else:
-            cycle(node, LeaveSpec(why), [RebootChange(s.accept.ssh_config, s.boot_wait_s)], s.accept, s.kube, out)
+            record_event_outcome(s.event, "quarantined", out.reason)
+            return asdict(out)
+        facts = node_facts(node)
+        ctx = ActionContext(s.accept.ssh_config, str(facts["sku"]), s.boot_wait_s, s.image or facts["image"],
+                            s.provision)
+        try:
+            change = ACTIONS[s.action](ctx)
+        except ValueError as exc:
+            return _refused(out, str(exc), s)
+        cycle(node, LeaveSpec(why), [change], s.accept, s.kube, out,
+              leave_first=out.state == State.IN_SERVICE.value)
+        record_event_outcome(s.event, "repaired" if out.ok else "failed" if out.phases else "refused", out.reason)
         return asdict(out)
     finally:
         release_leases()
-

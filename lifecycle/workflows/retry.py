@@ -94,6 +94,10 @@ class RetryPolicy:
                 raise ValueError(f"{name}={raw!r} is not a number") from None
         return cls(**values)  # type: ignore[arg-type]
 
+    def patience_s(self) -> float:
+        """How long a step waits in all, across its retries, for a peer that suggests no delay."""
+        return float(sum(min(self.max_backoff_s, self.backoff_s * 2 ** (n - 1)) for n in range(1, self.attempts)))
+
     def delay(self, retry: int, error: TemporaryError) -> float | None:
         """Seconds to wait before retry number ``retry`` (1-based); None: do not retry."""
         if error.delay_s is not None:

@@ -6,7 +6,9 @@ drain, one move, one join). Phases 2 to 5 are the one per-node path every
 change of a serving node takes (:mod:`lifecycle.workflows.node_cycle`); the
 swap's own changes are the pool move and the role switch (:class:`PoolMove`,
 :class:`RoleSwitch`), with, under ``--reimage``, a reimage with the target
-pool's image between them (:mod:`lifecycle.workflows.changes`). The phases:
+pool's image between them (:mod:`lifecycle.workflows.changes`). Elastic
+capacity's lend and reclaim are the same cycle with only the role switch
+(:mod:`lifecycle.workflows.elastic`). The phases:
 
 1. pre-checks (:mod:`lifecycle.workflows.roleswap_checks`), fail closed:
    refused with the numbers, nothing changed; then the source pool's floor
@@ -40,12 +42,10 @@ from typing import Any
 
 from dbos import DBOS
 
-from lifecycle.drivers.slurm.role import CommandRoleSwitch, Role
 from lifecycle.model.states import Actor
-from lifecycle.store import leases, shared_store
+from lifecycle.store import shared_store
 from lifecycle.workflows import changes as change_kinds
-from lifecycle.workflows.elastic import slurm_registered
-from lifecycle.workflows.leasing import release_leases, take_leases
+from lifecycle.workflows.leasing import release_leases, reserve_floor, take_leases
 from lifecycle.workflows.node_cycle import (
     Change,
     ChangeResult,
@@ -59,6 +59,7 @@ from lifecycle.workflows.node_cycle import (
 )
 from lifecycle.workflows.node_ops import current_run_id, node_pool, node_state
 from lifecycle.workflows.retry import step
+from lifecycle.workflows.role_switch import RoleSwitch
 from lifecycle.workflows.roleswap_checks import Checked, SwapSettings, prechecks
 
 __all__ = ["PoolMove", "RoleSwitch", "SwapOutcome", "lift_own_drain", "now", "role_swap", "swap_changes"]
@@ -80,39 +81,19 @@ def swap_checks(node: str, s: SwapSettings) -> dict[str, Any]:
     return prechecks(shared_store(), node, s).to_dict()
 
 
-@step(idempotent=True)  # a re-run finds its own reservation and counts the same
-def reserve_floor(node: str, source: str, batch: list[str]) -> dict[str, Any]:
-    """Check the source pool's floor and reserve this node's leave, atomically (concurrent swaps)."""
-    count = leases.reserve_leave(shared_store(), node, current_run_id(), source, batch)
-    return {"ok": count.ok, "detail": count.describe()}
-
-
 @step(idempotent=True)  # the same pool again records nothing
 def move_pool(node: str, pool: str, why: str) -> str:
-    shared_store().set_pool(node, pool, Actor.WORKFLOW, f"{why} (run {current_run_id()})")
+    shared_store().set_pool(node, pool, Actor.WORKFLOW, f"{why} (run {current_run_id()})", run_id=current_run_id())
     return pool
-
-
-@step(idempotent=False)  # reboots the node into another role
-def swap_role(node: str, scheduler: str, s: SwapSettings) -> str:
-    role: Role = "slurm" if scheduler == "slurm" else "kubernetes"
-    return CommandRoleSwitch(s.role_cmd).switch(node, role)
 
 
 @step(idempotent=True)
 def record_swap(node: str, source: str, target: str, summary: str) -> None:
     shared_store().record_change(node, "role-swap", source, target, Actor.WORKFLOW,
-                                 f"run {current_run_id()}: {summary}")
+                                 f"run {current_run_id()}: {summary}", run_id=current_run_id())
 
 
 # ------------------------------------------------------------------ the swap's change
-
-
-def _switch(node: str, scheduler: str, s: SwapSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {"hook": swap_role(node, scheduler, s)}
-    if scheduler == "slurm":
-        out["slurm"] = slurm_registered(node, s.register_timeout_s)
-    return out
 
 
 @dataclass(frozen=True)
@@ -134,24 +115,6 @@ class PoolMove:
                                                             f"role swap to {self.target} rolled back")})
 
 
-@dataclass(frozen=True)
-class RoleSwitch:
-    """The node stops serving the source's scheduler and serves the target's (the site's hook)."""
-
-    source: str
-    s: SwapSettings
-    name: str = "switch"
-
-    def precheck(self) -> str:
-        return ""  # the hook's presence is a pre-check of the swap (roleswap_checks)
-
-    def apply(self, node: str) -> ChangeResult:
-        return ChangeResult(True, detail=_switch(node, scheduler_of(self.s.target), self.s))
-
-    def undo(self, node: str) -> ChangeResult | None:
-        return ChangeResult(True, detail=_switch(node, scheduler_of(self.source), self.s))
-
-
 def swap_changes(source: str, s: SwapSettings) -> list[Change]:
     """The swap's changes in order: the pool; the target pool's image (``--reimage``); the role.
 
@@ -161,7 +124,7 @@ def swap_changes(source: str, s: SwapSettings) -> list[Change]:
     if s.reimage is not None and s.provision is not None:
         out.append(change_kinds.ImageChange(s.reimage, s.provision))
     if scheduler_of(source) != scheduler_of(s.target):
-        out.append(RoleSwitch(source, s))
+        out.append(RoleSwitch(scheduler_of(source), scheduler_of(s.target), s.role_cmd, s.register_timeout_s))
     return out
 
 

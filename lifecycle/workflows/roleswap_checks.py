@@ -9,7 +9,6 @@ workflow runs (as one journaled step), without the engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,10 +18,13 @@ from lifecycle.drivers.slurm.leave import LEAVE_ALONE
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.model.inventory import Pool
 from lifecycle.model.states import State
+from lifecycle.model.vocab import KeepJobsPolicy
 from lifecycle.store import Store, leases
 from lifecycle.workflows.accept import AcceptSettings
+from lifecycle.workflows.checks import Check, guard
 from lifecycle.workflows.kube_pool import KubeSettings
 from lifecycle.workflows.kube_pool import driver as kube_driver
+from lifecycle.workflows.provision import ProvisionSettings
 
 SCHEDULERS = ("slurm", "kubernetes")
 
@@ -39,8 +41,8 @@ class SwapSettings:
     """The re-test: acceptance of the one node, at the target pool's ``retest_level``."""
     role_cmd: tuple[str, ...] = ()
     """The site's role-switch hook (``RACKLIFE_NODE_ROLE_CMD``), when the schedulers differ."""
-    policy: str | None = None
-    """Slurm leave policy: wait | requeue (default: the source pool's)."""
+    policy: KeepJobsPolicy | None = None
+    """Slurm leave policy (default: the source pool's)."""
     deadline_s: float | None = None
     """How long the leave may wait for jobs or PodDisruptionBudgets (default: the pool's drain deadline)."""
     batch: tuple[str, ...] = ()
@@ -48,15 +50,8 @@ class SwapSettings:
     register_timeout_s: float = 120.0
     reimage: str | None = None
     """With ``--reimage``: the target pool's image (``NAME`` or ``NAME:VERSION``), reprovisioned after the move."""
-    provision: dict[str, Any] | None = None
-    """The boot server's provisioning settings (``ProvisionSettings`` as JSON), when reimaging."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
+    provision: ProvisionSettings | None = None
+    """The boot server's provisioning settings, when reimaging."""
 
 
 @dataclass
@@ -81,17 +76,6 @@ class Checked:
 
 def _slurm() -> SlurmDriver:
     return SlurmDriver(CommandRunner())
-
-
-def _guard(name: str, probe: Callable[[], str]) -> Check:
-    """A check whose reading failed is a failed check (fail closed), never a pass."""
-    try:
-        problem = probe()
-    except DriverError as exc:
-        return Check(name, False, f"could not be read: {exc.message}")
-    except Exception as exc:  # a broken kubeconfig, a client's own error: unknown is a failure
-        return Check(name, False, f"could not be read: {type(exc).__name__}: {exc}")
-    return Check(name, not problem, problem or "ok")
 
 
 def _foreign(node: str, pool: Pool, s: SwapSettings) -> str:
@@ -141,8 +125,8 @@ def prechecks(store: Store, node: str, s: SwapSettings) -> Checked:
     floor = leases.floor_count(store, rec.pool, {*s.batch, node})
     out.checks.append(Check("pool floor", floor.ok, floor.describe()))
     if source.scheduler in SCHEDULERS:
-        out.checks.append(_guard("no foreign drain or cordon", lambda: _foreign(node, source, s)))
-    out.checks.append(_guard(f"target scheduler reachable ({target.scheduler})", lambda: _reachable(target, s)))
+        out.checks.append(guard("no foreign drain or cordon", lambda: _foreign(node, source, s)))
+    out.checks.append(guard(f"target scheduler reachable ({target.scheduler})", lambda: _reachable(target, s)))
     if source.scheduler != target.scheduler:
         out.checks.append(Check("role-switch hook", bool(s.role_cmd),
                                 "set" if s.role_cmd else "no role-switch command: set $RACKLIFE_NODE_ROLE_CMD "

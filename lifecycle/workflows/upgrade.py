@@ -10,19 +10,23 @@ as they are (``pools_now``) and takes the next batch within every pool's
 quarantined earlier leaves less room, and the batch is smaller.
 
 Control is by DBOS messages on topic ``control`` (``pause``, ``resume``,
-``abort``), read at batch boundaries; the run publishes its report as the
-event ``status`` after every change of it. After the canary batch the run
-holds for a verdict (``resume`` or ``abort``) unless ``auto_continue``. It
-halts when failures pass the threshold. ``abort`` starts no further node:
-nodes in flight finish their cycle (new and in service, or quarantined with
-the reason), nodes not started stay as they were (old and in service); so
-every node is fully old or fully new. A ``window`` (``HH:MM-HH:MM``, UTC)
-keeps batches from starting outside it.
+``abort``), read at batch boundaries (and once more after the last batch, so
+an abort taken during it ends the run aborted, not done); the run publishes
+its report as the event ``status`` after every change of it. A message sent
+mid-batch waits in the database until the run reads it: ``requested`` says
+what it will do then (``racklife upgrade status`` shows it). After the
+canary batch the run holds for a verdict (``resume`` or ``abort``) unless
+``auto_continue``. It halts when failures pass the threshold. ``abort``
+starts no further node: nodes in flight finish their cycle (new and in
+service, or quarantined with the reason), nodes not started stay as they
+were (old and in service); so every node is fully old or fully new. A
+``window`` (``HH:MM-HH:MM``, UTC) keeps batches from starting outside it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -32,6 +36,7 @@ from dbos import DBOS
 
 from lifecycle.model.limits import Unavailable
 from lifecycle.model.states import State
+from lifecycle.model.vocab import Level
 from lifecycle.store import shared_store
 from lifecycle.workflows import changes
 from lifecycle.workflows.node_cycle import now
@@ -98,7 +103,7 @@ class UpgradeSettings:
     limit: Unavailable
     node: changes.ChangeSettings
     """Each node's change settings; its re-test's level and work directory are set per node."""
-    retest_levels: dict[str, str]
+    retest_levels: dict[str, Level]
     """pool -> its ``retest_level``."""
     canary: int = 1
     auto_continue: bool = False
@@ -135,6 +140,8 @@ class UpgradeReport:
     batches: list[list[str]] = field(default_factory=list)
     nodes: list[NodeResult] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    control_plane: list[dict[str, Any]] = field(default_factory=list)
+    """What the change did once before the first batch, in order (a Slurm upgrade: slurmdbd, slurmctld)."""
     peak_out_of_service: dict[str, int] = field(default_factory=dict)
     """pool -> the most of its nodes that could be out of service at once: those out before a batch
     began plus the batch's own."""
@@ -209,6 +216,24 @@ class _Control:
                 return
 
 
+# What a control message does once the run reads it (before its next batch, or in a hold).
+WHEN_READ: dict[Command, str] = {
+    Command.ABORT: "no further node starts; the nodes in flight finish their cycle (new, or quarantined)",
+    Command.PAUSE: "no new batch until `racklife upgrade resume`; the nodes in flight finish their cycle",
+    Command.RESUME: "the run goes on (past the canary's hold, or out of a pause)",
+}
+
+
+def requested(pending: Sequence[object]) -> Command | None:
+    """What messages sent but not read yet will do when the run reads them, as ``_Control`` reads them:
+    an abort wins; else the last of pause and resume."""
+    known = {c.value: c for c in Command}
+    commands = [known[m] for m in pending if isinstance(m, str) and m in known]
+    if Command.ABORT in commands:
+        return Command.ABORT
+    return commands[-1] if commands else None
+
+
 def _publish(report: UpgradeReport, phase: Phase, message: str) -> None:
     report.phase, report.message = phase.value, message
     DBOS.set_event(STATUS, report.to_json())
@@ -236,6 +261,13 @@ def upgrade(s: UpgradeSettings) -> dict[str, Any]:
     failed_canary = failed_after = 0
     after_total = max(0, len(s.members) - s.canary) if canary else len(s.members)
     _publish(report, Phase.RUNNING, "starting")
+    before = changes.KINDS[s.change.kind].before
+    if before is not None and pending:
+        ok, why, report.control_plane = before(s.change)
+        if not ok:
+            _publish(report, Phase.HALTED, why)
+            return report.to_json()
+        _publish(report, Phase.RUNNING, f"control plane done: {', '.join(r['daemon'] for r in report.control_plane)}")
     while pending:
         control.drain()
         if control.paused and not control.aborted:
@@ -285,8 +317,16 @@ def upgrade(s: UpgradeSettings) -> dict[str, Any]:
                                            f"{s.threshold.after_percent:g}% of {after_total}: halted")
             return report.to_json()
         if first and canary and pending and not s.auto_continue:
+            # What was sent during the canary batch is read first: a resume sent before its nodes finished is
+            # not a verdict on them (it was read as one the moment the hold began, skipping the hold).
+            control.drain()
             control.hold(report, Phase.HELD, "the canary is done: `racklife upgrade resume` continues, "
                                              "`racklife upgrade abort` stops")
+    control.drain()  # an abort taken during the last batch: its nodes finished, and the run ends aborted
+    if control.aborted:
+        _publish(report, Phase.ABORTED, f"aborted during the last batch: its nodes finished their cycle; "
+                                        f"{sum(n.ok for n in report.nodes)} of {len(s.members)} node(s) changed")
+        return report.to_json()
     _publish(report, Phase.DONE, f"{sum(n.ok for n in report.nodes)} of {len(s.members)} node(s) changed")
     return report.to_json()
 

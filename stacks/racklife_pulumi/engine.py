@@ -15,8 +15,11 @@ operation is refused with the planner's words and nothing is touched. A
 half-done plan (a node drained for a reimage that cannot follow) would be
 worse than a refusal.
 
-The host serves up to four requests at once on threads, and the workflow
-engine is one per process, so operations here run one at a time (``_LOCK``).
+The host serves up to four requests at once on threads; operations on
+independent resources run side by side (at most ``racklife:parallel``), and
+share the process's one workflow engine and one boot server
+(:mod:`stacks.racklife_pulumi.shared`); the planner's leases keep two runs
+off one node.
 Settings come from the stack's provider configuration or the environment;
 credentials never pass through here (BMC credentials are references the
 drivers resolve from the environment; ``RACKLIFE_DB`` is read from the
@@ -28,23 +31,24 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lifecycle.model import vocab
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.redact import redact
 from lifecycle.planner import observe
-from lifecycle.planner.apply import ApplyReport, ApplySettings, apply
+from lifecycle.planner.apply import ApplyReport, ApplySettings
+from lifecycle.planner.assemble import RunnerSettings
+from lifecycle.planner.durable import carry_out
 from lifecycle.planner.fleet import UnknownNodes, plan_fleet, refresh
 from lifecycle.planner.observed import Observation
 from lifecycle.planner.plan import Action, NodePlan
 from lifecycle.store import Store
 from lifecycle.store.db import default_home
-
-_LOCK = threading.Lock()
+from stacks.racklife_pulumi.shared import SHARED
 
 
 class FleetError(RuntimeError):
@@ -63,7 +67,7 @@ class EngineSettings:
 
     operator: str = field(default_factory=getpass.getuser)
     home: str | None = None  # RACKLIFE_HOME (the store and acceptance work dirs); None: the environment's
-    level: str = "quick"  # acceptance level of a node's first acceptance
+    level: vocab.Level = "quick"  # acceptance level of a node's first acceptance
     ssh_config: str = str(Path.home() / ".ssh" / "config")
     profile: str | None = None
     burnin_python: str = "python3"
@@ -74,14 +78,26 @@ class EngineSettings:
     kubeconfig: str | None = None
     role_cmd: str = ""  # the site's role-switch hook, for role swaps (shell words)
     slurm_conf_cmd: str = ""  # the site's slurm.conf hook, for decommissions (shell words)
+    slurm_add_cmd: str = ""  # the site's registration hook: a node into slurm.conf (shell words)
     max_in_flight: int = 8
+    parallel: int = 4  # operations at once in this provider host (the host serves four at a time)
+
+    def runner(self, image: str | None) -> RunnerSettings:
+        return RunnerSettings(operator=self.operator, home=default_home(),
+                              images_dir=Path(self.images_dir) if self.images_dir else default_home() / "images",
+                              level=self.level, ssh_config=Path(self.ssh_config), profile=self.profile,
+                              burnin_python=self.burnin_python, max_in_flight=self.max_in_flight,
+                              boot_listen=self.boot_listen, boot_url=self.boot_url, boot_timeout_s=self.boot_timeout_s,
+                              image=image, kubeconfig=self.kubeconfig, role_cmd=tuple(shlex.split(self.role_cmd)),
+                              slurm_conf_cmd=tuple(shlex.split(self.slurm_conf_cmd)),
+                              actor=f"pulumi, by {self.operator}")
 
 
 # setting -> (the provider configuration key, the environment variable, the parse). None: no such source.
 SOURCES: dict[str, tuple[str | None, str | None, Callable[[str], object]]] = {
     "operator": ("operator", None, str),
     "home": ("home", "RACKLIFE_HOME", str),
-    "level": ("level", None, str),
+    "level": ("level", None, vocab.level),
     "ssh_config": ("sshConfig", "RACKLIFE_SSH_CONFIG", str),
     "profile": ("profile", "RACKLIFE_BURNIN_PROFILE", str),
     "burnin_python": ("burninPython", "RACKLIFE_BURNIN_PYTHON", str),
@@ -92,9 +108,10 @@ SOURCES: dict[str, tuple[str | None, str | None, Callable[[str], object]]] = {
     "kubeconfig": ("kubeconfig", "RACKLIFE_KUBECONFIG", str),
     "role_cmd": (None, "RACKLIFE_NODE_ROLE_CMD", str),
     "slurm_conf_cmd": (None, "RACKLIFE_SLURM_CONF_CMD", str),
+    "slurm_add_cmd": (None, "RACKLIFE_SLURM_ADD_CMD", str),
     "max_in_flight": ("maxInFlight", None, int),
+    "parallel": ("parallel", None, int),
 }
-LEVELS = ("quick", "standard", "full")
 
 
 def settings_from(config: Callable[[str], object | None], env: Mapping[str, str]) -> EngineSettings:
@@ -113,11 +130,13 @@ def settings_from(config: Callable[[str], object | None], env: Mapping[str, str]
             continue
         try:
             values[name] = parse(str(raw))
-        except ValueError:
-            raise ValueError(f"{f'racklife:{key}' if key else var}: not a number: {raw!r}") from None
+        except ValueError as exc:
+            why = "not a number" if parse in (int, float) else str(exc)
+            raise ValueError(f"{f'racklife:{key}' if key else var}: {why}: {raw!r}") from None
     got = EngineSettings(**values)  # type: ignore[arg-type]  # each value parsed for its field above
-    if got.level not in LEVELS:
-        raise ValueError(f"racklife:level must be one of {', '.join(LEVELS)}, not {got.level!r}")
+    if not 1 <= got.parallel <= 4:
+        raise ValueError(f"racklife:parallel must be 1 to 4 (the provider host serves four at a time), "
+                         f"not {got.parallel}")
     return got
 
 
@@ -138,7 +157,7 @@ def _sources() -> observe.Sources:
 
 def observed(s: EngineSettings, node: str) -> Observation | None:
     """The node as every source sees it now (the planner's refresh), or None when the store lacks it."""
-    with _LOCK, _store(s) as store:
+    with SHARED.slot(s.parallel), _store(s) as store:
         try:
             fresh = refresh(store, None, [node], _sources())
         except UnknownNodes:
@@ -146,9 +165,19 @@ def observed(s: EngineSettings, node: str) -> Observation | None:
     return next((o for o in fresh.observations if o.node == node), None)
 
 
+def observed_in_slurm(s: EngineSettings, node: str) -> Observation | None:
+    """The node as every source sees it now, Slurm read whatever its pool (a registration is Slurm's view
+    of it, before or apart from its membership); not stored. None when the store lacks it."""
+    with SHARED.slot(s.parallel), _store(s) as store:
+        rec = next((r for r in store.nodes() if r.name == node), None)
+        if rec is None:
+            return None
+        return observe.observe(store, [rec], _sources(), {node: "slurm"})[0]
+
+
 def planned(s: EngineSettings, inv: Inventory, node: str) -> NodePlan:
     """The planner's plan for the node against ``inv`` (nothing changes)."""
-    with _LOCK, _store(s) as store:
+    with SHARED.slot(s.parallel), _store(s) as store:
         return _node_plan(store, inv, node)
 
 
@@ -172,35 +201,15 @@ def converge(s: EngineSettings, inv: Inventory, node: str, only: frozenset[Actio
 
     Raises :class:`FleetError` when the plan refuses, a step fails, or a step of ``only`` remains.
     """
-    from lifecycle.planner.runner import WorkflowRunner
-    from lifecycle.workflows.accept import AcceptSettings
-    from lifecycle.workflows.boot_run import BootSettings
-    from lifecycle.workflows.controller import Controller
-    from lifecycle.workflows.kube_pool import KubeSettings
-
-    with _LOCK, _store(s) as store:
+    with SHARED.slot(s.parallel), _store(s) as store:
         before = _node_plan(store, inv, node) if node in {r.name for r in store.nodes()} else None
         if before is not None and (why := _refusal(before, only)) is not None:
             raise FleetError(f"{node}: {why}")
-
-        def accept_settings(run_id: str) -> AcceptSettings:
-            work = default_home() / "acceptance" / run_id
-            return AcceptSettings(level=s.level, work_dir=str(work), report_dir=str(work / "reports"),
-                                  operator=s.operator, ssh_config=str(Path(s.ssh_config).resolve()),
-                                  profile=s.profile, burnin_python=s.burnin_python, max_in_flight=s.max_in_flight)
-
-        kube = KubeSettings(str(Path(s.kubeconfig).resolve())) if s.kubeconfig else None
         image = inv.node(node).image if node in {n.name for n in inv.nodes} else None
-        boot = BootSettings(Path(s.images_dir) if s.images_dir else default_home() / "images", s.boot_listen,
-                            s.boot_url, s.boot_timeout_s, image)
-        with Controller("pulumi", say=say) as ctl:
-            runner = WorkflowRunner(ctl, accept_settings, store, boot, s.max_in_flight, kube=kube,
-                                    move_to={n.name: n.pool for n in inv.nodes},
-                                    role_cmd=tuple(shlex.split(s.role_cmd)),
-                                    slurm_conf_cmd=tuple(shlex.split(s.slurm_conf_cmd)),
-                                    operator=f"pulumi, by {s.operator}", say=say)
-            report = apply(store, inv, [node], _sources(), runner, ApplySettings(s.operator, s.max_in_flight),
-                           say=say, only=only)
+        with SHARED.controller(say, f"pulumi, by {s.operator}") as ctl:  # a live racklife serve runs the apply
+            report = carry_out(ctl, store, inv, [node], _sources(), s.runner(image),
+                               ApplySettings(s.operator, s.max_in_flight), say=say, only=only,
+                               boot_server=SHARED.boot_server)
     return _outcome(node, report, only)
 
 
@@ -219,9 +228,12 @@ def _outcome(node: str, report: ApplyReport, only: frozenset[Action]) -> NodePla
     why = _refusal(final, only)
     if why is not None:
         raise FleetError(f"{node}: {why}")
-    left = [s.describe() for s in final.steps if s.action in only]
+    left = [f"{s.describe()} ({s.reason})" for s in final.steps if s.action in only]
     if left:
-        raise FleetError(f"{node}: not converged; still to do: " + "; ".join(left))
+        done = [f"{d.action.value} {'ok' if d.ok else 'failed'}" for d in report.done if d.node == node]
+        stopped = f"; blocked when the apply stopped: {report.blocked[node]}" if node in report.blocked else ""
+        raise FleetError(f"{node}: not converged ({final.state}); still to do: " + "; ".join(left)
+                         + f"; this apply did: {', '.join(done) or 'nothing'}{stopped}")
     return final
 
 
@@ -232,14 +244,13 @@ def leave(s: EngineSettings, node: str, why: str) -> str:
     workflows `racklife slurm leave` and the role swap use, through the one Controller.
     """
     from lifecycle.workflows import kube_pool, slurm_pool
-    from lifecycle.workflows.controller import Controller
 
-    with _LOCK, _store(s) as store:
+    with SHARED.slot(s.parallel), _store(s) as store:
         rec = store.get(node)
         pool = store.pool(rec.pool)
         if rec.state.value not in ("in_service", "draining"):
             return f"{node} is {rec.state.value}: not serving a scheduler, nothing to leave"
-        with Controller("pulumi") as ctl:
+        with SHARED.controller(lambda _m: None, f"pulumi, by {s.operator}") as ctl:
             if pool.scheduler == "slurm":
                 handle = ctl.start(slurm_pool.leave_node, node, None, None, why[:200], nodes=[node])
             elif pool.scheduler == "kubernetes":
@@ -263,8 +274,35 @@ def reimport(s: EngineSettings, inv: Inventory) -> None:
     from lifecycle.model.states import Actor
     from lifecycle.store.store import ImportRefused
 
-    with _LOCK, _store(s) as store:
+    with SHARED.slot(s.parallel), _store(s) as store:
         try:
             store.import_inventory(inv, Actor.OPERATOR, f"pulumi up, by {s.operator}")
         except ImportRefused as exc:
             raise FleetError("; ".join(exc.problems)) from None
+
+
+def register_slurm(s: EngineSettings, node: str, partition: str) -> str:
+    """Slurm's configuration lists the node in the partition (the site's registration hook where it does not)."""
+    from lifecycle.model.states import State
+    from lifecycle.workflows import slurm_conf
+
+    with SHARED.slot(s.parallel), _store(s) as store:
+        rec = next((r for r in store.nodes() if r.name == node), None)
+        if rec is None or rec.state is State.DECOMMISSIONED:
+            why = "decommissioned" if rec is not None else "not in racklife's store"
+            raise FleetError(f"{node}: {why}: racklife registers in Slurm only a node of its fleet")
+        try:
+            return slurm_conf.register(rec.node(), partition, tuple(shlex.split(s.slurm_add_cmd)))
+        except slurm_conf.SlurmConfError as exc:
+            raise FleetError(str(exc)) from None
+
+
+def unregister_slurm(s: EngineSettings, node: str) -> str:
+    """Out of Slurm's configuration (the decommission's hook), refused while jobs run on the node."""
+    from lifecycle.workflows import slurm_conf
+
+    with SHARED.slot(s.parallel):
+        try:
+            return slurm_conf.unregister(node, tuple(shlex.split(s.slurm_conf_cmd)))
+        except slurm_conf.SlurmConfError as exc:
+            raise FleetError(str(exc)) from None

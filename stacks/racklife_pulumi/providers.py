@@ -5,17 +5,25 @@ resource owns (``engine.converge``), or the planner's refresh (``read``):
 
 | resource | create | update | delete |
 |---|---|---|---|
-| ``BareMetalNode`` | enrol, provision, accept (to ``accepted``) | image: reimage; else re-import | decommission |
-| ``PoolMembership`` | join the pool's scheduler | pool: role swap | leave (racklife's drain) |
-| ``SlurmNodeRegistration`` | verify Slurm lists it in service | verify again | nothing (below) |
+| ``BareMetalNode`` | enrol, provision, accept | image: reimage; firmware: update; else re-import | decommission |
+| ``PoolMembership`` | join the scheduler (then the firmware baseline) | pool: role swap | leave (racklife's drain) |
+| ``SlurmNodeRegistration`` | into slurm.conf and its partition (site hook) | the same | drain, out of slurm.conf |
 
-A step racklife has no workflow for yet (a firmware update, a pool's labels) or a
-blocker is refused before anything changes, with the planner's words.
-``SlurmNodeRegistration`` is Slurm's side of a training node: its create and
-update check, through the planner's refresh, that slurmctld lists
-the node in the partition, in service and not held by anyone else; Slurm's
-node list itself comes from ``slurm.conf`` (``racklife slurm render``), so
-its delete changes nothing in Slurm (the membership's delete drains the node).
+A step racklife has no workflow for yet (a pool's labels) or a blocker (an
+IPMI BMC asked for a firmware baseline, a foreign drain) is refused before
+anything changes, with the planner's words. A firmware baseline
+(``spec.firmware``, the inventory's) is planned for a node in service only, so
+a node created with one reaches it in its membership's create, right after
+the join.
+``SlurmNodeRegistration`` is Slurm's configuration of a training node: its
+create and update put the node's ``NodeName=`` line and partition membership
+into slurm.conf through the site's registration hook (``RACKLIFE_SLURM_ADD_CMD``,
+:mod:`lifecycle.workflows.slurm_conf`) when slurmctld does not list it there
+yet, then check, through the planner's refresh, that slurmctld lists it in
+the partition and no one else holds it (serving is the membership's
+``in_service``). Its delete is refused while jobs run on the node; otherwise
+racklife's drain takes a serving node out first, and the decommission's
+slurm.conf hook (``RACKLIFE_SLURM_CONF_CMD``) takes it out of the file.
 
 The classes are pickled into the stack's state by reference, so the provider
 host imports them from this installed module. A provider has no constructor
@@ -55,12 +63,15 @@ from stacks.racklife_pulumi.inputs import one_node_inventory, problems_of, wire_
 # The planner's actions each resource carries out.
 BUILD = frozenset({Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.ACCEPT})
 REIMAGE = frozenset({Action.POWER_ON, Action.LEAVE, Action.REIMAGE, Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE})
-MEMBERSHIP = frozenset({Action.MOVE_POOL, Action.JOIN, Action.JOIN_KUBE})
+FIRMWARE = frozenset({Action.UPDATE_FIRMWARE})  # one run: leave, update, read back, re-test, rejoin
+MEMBERSHIP = frozenset({Action.MOVE_POOL, Action.JOIN, Action.JOIN_KUBE}) | FIRMWARE
 DECOMMISSION = frozenset({Action.DECOMMISSION})
 
 # BareMetalNode: inputs whose change is another server or another slot (a replacement).
 NODE_REPLACES = ("node", "spec.serial", "spec.sku", "spec.rack", "spec.u")
 NODE_IGNORED = ("spec.pool", "pools")  # the pool is PoolMembership's
+# BareMetalNode: inputs whose change the planner converges on (no re-import: a scheduler may be using the node).
+NODE_CONVERGED = ("spec.image", "images", "spec.firmware")
 
 
 class _Provider(ResourceProvider):
@@ -102,6 +113,7 @@ def _observed_node(o: Observation | None) -> dict[str, Any]:
             "power": o.bmc.power if o.bmc else None,
             "booted_image": o.boot.image if o.boot else None,
             "booted_version": o.boot.version if o.boot else None,
+            "firmware": dict(o.bmc.firmware) if o.bmc else {},  # read for a node with a baseline only
             "acceptance_record": acc.record if acc is not None and acc.valid else None,
             "observed_at": o.at.isoformat(),
             "errors": {k.value: redact(v) for k, v in o.errors.items()}}  # outputs reach the state in plain
@@ -147,10 +159,12 @@ class BareMetalNodeProvider(_Provider):
         inv = self._inventory(news)
         node = inv.nodes[0].name
         changed = [k for k in _spec_changes(olds, news) if k not in NODE_IGNORED]
-        if [k for k in changed if k not in ("spec.image", "images")]:
+        if [k for k in changed if k not in NODE_CONVERGED]:
             engine.reimport(self.settings, inv)
-        if "spec.image" in changed or "images" in changed:
-            engine.converge(self.settings, inv, node, REIMAGE, say=pulumi.log.info)
+        only = (REIMAGE if {"spec.image", "images"} & set(changed) else frozenset()) | \
+            (FIRMWARE if "spec.firmware" in changed else frozenset())
+        if only:
+            engine.converge(self.settings, inv, node, only, say=pulumi.log.info)
         return UpdateResult(self._outs(news))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -257,7 +271,9 @@ class SlurmNodeRegistrationProvider(_Provider):
 
     def _verified(self, props: Mapping[str, Any]) -> dict[str, Any]:
         node, partition = str(props["node"]), str(props["partition"])
-        o = engine.observed(self.settings, node)
+        done = engine.register_slurm(self.settings, node, partition)
+        pulumi.log.info(done)
+        o = engine.observed_in_slurm(self.settings, node)
         problems = _registration_problems(o, partition)
         if problems:
             raise engine.FleetError(f"{node}: Slurm registration not as wanted: {'; '.join(problems)}")
@@ -267,7 +283,7 @@ class SlurmNodeRegistrationProvider(_Provider):
         return CreateResult(f"{props['node']}@{props['partition']}", self._verified(props))
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        o = engine.observed(self.settings, str(props.get("node")))
+        o = engine.observed_in_slurm(self.settings, str(props.get("node")))
         if o is None or o.slurm is None:
             return ReadResult("", {})  # Slurm does not list it (or racklife does not know it): gone
         return ReadResult(id_, {**props, **self._seen(o)})
@@ -275,8 +291,15 @@ class SlurmNodeRegistrationProvider(_Provider):
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         return UpdateResult(self._verified(news))
 
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        return None  # Slurm's node list is slurm.conf's: see the module docstring
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        node = str(props["node"])
+        o = engine.observed_in_slurm(self.settings, node)
+        if o is not None and o.slurm is not None and o.slurm.jobs:
+            raise engine.FleetError(f"{node}: Slurm job(s) {', '.join(o.slurm.jobs)} running on it: it leaves "
+                                    "Slurm's configuration only when idle")
+        if o is not None and o.state is State.IN_SERVICE and o.slurm is not None:
+            engine.leave(self.settings, node, f"pulumi: {node} leaves Slurm's configuration")
+        pulumi.log.info(engine.unregister_slurm(self.settings, node))
 
 
 def _registration_problems(o: Observation | None, partition: str) -> Sequence[str]:
@@ -290,10 +313,6 @@ def _registration_problems(o: Observation | None, partition: str) -> Sequence[st
         out.append(f"not in partition {partition} (in: {', '.join(o.slurm.partitions) or 'none'})")
     if o.slurm.owner == "other":
         out.append(f"held by someone else: {o.slurm.state} ({o.slurm.reason})")
-    if o.slurm.drained or o.slurm.down:
-        out.append(f"Slurm has it {o.slurm.state}")
-    if o.state.value != "in_service":
-        out.append(f"racklife has it {o.state.value}, not in service")
     return out
 
 

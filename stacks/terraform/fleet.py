@@ -23,28 +23,22 @@ so a re-apply re-attaches to them instead of starting anew.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lifecycle.model.inventory import Inventory, Pool, load_inventory
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe as sources_of
-from lifecycle.planner.apply import ApplyReport, ApplySettings, apply
+from lifecycle.planner.apply import ApplyReport, ApplySettings
 from lifecycle.planner.fleet import plan_fleet
 from lifecycle.planner.observed import Observation
 from lifecycle.planner.plan import NodePlan, Plan
 from lifecycle.store import Store, StoreError
 from stacks.terraform.batch import Batcher
-from stacks.terraform.desired import NodeWant, compose
+from stacks.terraform.desired import NodeWant, compose, groups
 from stacks.terraform.settings import ProviderSettings
-
-if TYPE_CHECKING:
-    from lifecycle.workflows.accept import AcceptSettings
 
 READ_WINDOW_S = 0.3
 APPLY_WINDOW_S = 2.0
@@ -60,6 +54,7 @@ class NodeView:
     pool: str | None
     power: str | None = None
     booted_image: str | None = None
+    booted_version: str | None = None
     slurm_state: str | None = None
     kube_ready: bool | None = None
     jobs: tuple[str, ...] = ()
@@ -88,34 +83,24 @@ def _say(message: str) -> None:
     print(f"racklife: {message}", file=sys.stderr, flush=True)  # Terraform keeps a provider's stderr in its log
 
 
-def _firmware_steps(o: Observation | None, want: NodeWant) -> list[str]:
-    """The baseline's components the BMC reports another version of (or none)."""
-    if not want.firmware:
-        return []
-    seen = o.bmc.firmware if o is not None and o.bmc is not None else {}
-    return [f"update-firmware ({part} is {seen.get(part, 'not reported by the BMC')}; the baseline says "
-            f"{version}): not yet implemented: firmware update"
-            for part, version in sorted(want.firmware.items()) if seen.get(part) != version]
-
-
 def view_of(name: str, p: NodePlan | None, o: Observation | None, stored_pool: str | None,
             want: NodeWant | None) -> NodeView:
     if p is None and o is None:
         return NodeView(name, exists=stored_pool is not None, state="absent", pool=stored_pool)
     steps = [f"{s.describe()} (why: {s.reason})" for s in p.steps] if p is not None else []
-    firmware = _firmware_steps(o, want) if want is not None else []
     cannot = [s.describe() for s in p.steps if not s.implemented] if p is not None else []
     return NodeView(
         name=name, exists=stored_pool is not None, state=p.state if p is not None else str(o.state if o else ""),
         pool=stored_pool,
         power=o.bmc.power if o is not None and o.bmc is not None else None,
         booted_image=o.boot.image if o is not None and o.boot is not None else None,
+        booted_version=o.boot.version if o is not None and o.boot is not None else None,
         slurm_state=o.slurm.state if o is not None and o.slurm is not None else None,
         kube_ready=o.kube.ready if o is not None and o.kube is not None else None,
         jobs=o.slurm.jobs if o is not None and o.slurm is not None else (),
         acceptance_record=o.acceptance.record if o is not None and o.acceptance is not None else None,
         firmware=dict(o.bmc.firmware) if o is not None and o.bmc is not None else {},
-        steps=tuple(steps + firmware), cannot=tuple(cannot + firmware),
+        steps=tuple(steps), cannot=tuple(cannot),
         blockers=tuple(f"{b.kind}: {b.message}" for b in p.blockers) if p is not None else (),
         drift=tuple(f"{d.source.value}/{d.kind}: {d.message}" for d in p.drift) if p is not None else (),
         observed_at=o.at.isoformat() if o is not None else None)
@@ -199,7 +184,8 @@ class Fleet:
 
     def _sources(self, wants: Mapping[str, NodeWant]) -> sources_of.Sources:
         kube = {"RACKLIFE_KUBECONFIG": self.settings.kubeconfig} if self.settings.kubeconfig else {}
-        return sources_of.default_sources({**os.environ, **kube}, firmware=any(w.firmware for w in wants.values()))
+        # Firmware is read for the nodes with a baseline only (the planner's refresh asks for theirs).
+        return sources_of.default_sources({**os.environ, **kube}, firmware=False)
 
     def _views(self, store: Store, plan: Plan, names: Sequence[str],
                wants: Mapping[str, NodeWant]) -> dict[str, NodeView]:
@@ -214,16 +200,26 @@ class Fleet:
         try:
             base = self.base()
             known = {r.name for r in store.nodes()} | {n.name for n in base.nodes}
-            names = sorted(n for n in asks if n in known)
             wants = {n: w for n, w in asks.items() if w is not None and n in known}
-            inv = compose(base, store, wants)
-            views = self._views(store, plan_fleet(store, inv, names, self._sources(wants)), names, wants) \
-                if names else {}
+            rest = sorted(n for n, w in asks.items() if w is None and n in known)  # the data source's reads
+            views: dict[str, NodeView] = {}
+            for i, part in enumerate(groups(wants) or [{}]):
+                names = sorted(part) + (rest if i == 0 else [])
+                if names:
+                    plan = plan_fleet(store, compose(base, store, part), names, self._sources(part))
+                    views.update(self._views(store, plan, names, part))
             return {n: views.get(n) or NodeView(n, exists=False, state="absent", pool=None) for n in asks}
         finally:
             store.close()
 
     def _apply(self, wants: dict[str, NodeWant]) -> dict[str, Outcome]:
+        """Each group of :func:`groups` in turn: one inventory (and one apply) per set of pinned versions."""
+        out: dict[str, Outcome] = {}
+        for part in groups(wants):
+            out.update(self._apply_group(part))
+        return out
+
+    def _apply_group(self, wants: dict[str, NodeWant]) -> dict[str, Outcome]:
         store = Store()
         try:
             names = sorted(wants)
@@ -247,38 +243,21 @@ class Fleet:
 
     def _carry_out(self, store: Store, inv: Inventory, names: list[str], sources: sources_of.Sources) -> ApplyReport:
         """The planner's apply for ``names``, its runs in this process's Controller (role ``terraform``)."""
-        from lifecycle.planner.runner import WorkflowRunner
+        from lifecycle.planner.durable import carry_out
         from lifecycle.workflows import engine
-        from lifecycle.workflows.boot_run import BootSettings
         from lifecycle.workflows.controller import Controller
-        from lifecycle.workflows.kube_pool import KubeSettings
 
         s = self.settings
-        kube = KubeSettings(str(Path(s.kubeconfig).resolve())) if s.kubeconfig else None
-        with Controller("terraform", say=_say) as ctl:
+        with Controller("terraform", say=_say, operator=s.operator) as ctl:
             for r in ctl.recovered:  # a killed provider's runs: they finish before anything is planned
                 _say(f"re-attaching to run {r.run_id} ({r.workflow}) of a provider process that is gone")
                 try:
                     engine.retrieve(r.run_id).get_result()
                 except Exception as exc:  # its outcome is in the store; the plan below starts from it
                     _say(f"run {r.run_id} ended with an error: {exc}")
-            runner = WorkflowRunner(
-                ctl, self._accept_settings, store,
-                BootSettings(s.images_dir, s.boot_listen, s.boot_url, s.boot_timeout_s, None),
-                s.max_in_flight, kube=kube, move_to={n.name: n.pool for n in inv.nodes},
-                role_cmd=tuple(shlex.split(s.role_cmd)), slurm_conf_cmd=tuple(shlex.split(s.slurm_conf_cmd)),
-                operator=s.operator, say=_say)
-            return apply(store, inv, names, sources, runner,
-                         ApplySettings(s.operator, s.max_in_flight, s.max_unavailable), say=_say)
-
-    def _accept_settings(self, run_id: str) -> AcceptSettings:
-        from lifecycle.workflows.accept import AcceptSettings
-
-        s = self.settings
-        work = s.home / "acceptance" / run_id
-        return AcceptSettings(level=s.level, work_dir=str(work), report_dir=str(work / "reports"),
-                              operator=s.operator, ssh_config=str(s.ssh_config), profile=s.burnin_profile,
-                              burnin_python=s.burnin_python, max_in_flight=s.max_in_flight)
+            # A live racklife serve runs the whole apply (it outlives this provider); else it runs here.
+            return carry_out(ctl, store, inv, names, sources, s.runner(),
+                             ApplySettings(s.operator, s.max_in_flight, s.max_unavailable), say=_say)
 
     def _retire(self, name: str) -> Outcome:
         store = Store()

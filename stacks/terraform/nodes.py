@@ -35,7 +35,7 @@ from tf.iface import (
 
 from lifecycle.model.inventory import InventoryError
 from lifecycle.store import StoreError
-from stacks.terraform.desired import NodeWant
+from stacks.terraform.desired import NodeWant, baseline_problems, image_problem
 from stacks.terraform.fleet import NodeView, Outcome
 from stacks.terraform.provider_base import ProviderBase, configured
 
@@ -44,9 +44,9 @@ SCHEMA_VERSION = 1
 # the inventory lacks, an unknown node name (ValueError), a refused import or a store down (StoreError), a base
 # inventory that does not parse (InventoryError).
 TROUBLE = (ValueError, StoreError, InventoryError)
-DESIRED = ("name", "pool", "image", "firmware")
+DESIRED = ("name", "pool", "image", "firmware", "firmware_files")
 # Computed attributes that a change makes unknown until the apply has observed the node again.
-OBSERVED = ("state", "power", "booted_image", "steps", "blockers")
+OBSERVED = ("state", "power", "booted_image", "booted_version", "steps", "blockers")
 
 
 def _s(name: str, desc: str, **kw: Any) -> schema.Attribute:
@@ -62,13 +62,19 @@ RESOURCE_SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
     _s("name", "The node's name in the base inventory (its serial, BMC and NICs come from there).",
        required=True, requires_replace=True),
     _s("pool", "The pool the node serves; a change is a role swap.", required=True),
-    _s("image", "The golden image the node runs (default: the inventory's); a change is a reimage.",
-       optional=True),
+    _s("image", "The golden image the node runs, NAME or NAME:VERSION (default: the inventory's image; without a "
+                "version, the inventory's version of it); a change is a reimage.", optional=True),
     schema.Attribute("firmware", types.Map(types.String()), optional=True,
-                     description="Firmware baseline: component name -> version the BMC must report."),
+                     description="Firmware baseline: component (as the BMC names it, or its id's last part) -> "
+                                 "the version the BMC must report; a change is the planner's update-firmware "
+                                 "(leave, update through the BMC, read back, re-test, rejoin)."),
+    schema.Attribute("firmware_files", types.Map(types.String()), optional=True,
+                     description="Component -> the image on the controller that installs the baseline's version "
+                                 "(an absolute path); every component of `firmware` needs one."),
     _s("state", "racklife's lifecycle state of the node.", computed=True),
     _s("power", "The power state its BMC reports.", computed=True),
     _s("booted_image", "The image the node last booted, from the boot server's records.", computed=True),
+    _s("booted_version", "The version of that image.", computed=True),
     _list("steps", "What racklife's plan would still do to the node (empty: converged)."),
     _list("blockers", "What racklife will not act through (a foreign drain or cordon, an unreadable source, …)."),
 ])
@@ -80,6 +86,7 @@ DATA_SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
     _s("pool", "The pool it serves now.", computed=True),
     _s("power", "The power state its BMC reports.", computed=True),
     _s("booted_image", "The image it last booted.", computed=True),
+    _s("booted_version", "The version of that image.", computed=True),
     _s("slurm_state", "Its state in Slurm (Slurm pools only).", computed=True),
     schema.Attribute("kube_ready", types.Bool(), computed=True,
                      description="Whether its Kubernetes Node is Ready (Kubernetes pools only)."),
@@ -96,18 +103,33 @@ DATA_SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
 
 def want_of(state: dict[str, Any]) -> NodeWant:
     return NodeWant(str(state["name"]), str(state["pool"]), state.get("image") or None,
-                    dict(state.get("firmware") or {}))
+                    dict(state.get("firmware") or {}), dict(state.get("firmware_files") or {}))
 
 
 def _state(desired: dict[str, Any], v: NodeView) -> dict[str, Any]:
     return {"id": v.name, "name": v.name, "pool": v.pool or desired.get("pool"), "image": desired.get("image"),
-            "firmware": desired.get("firmware"), "state": v.state, "power": v.power,
-            "booted_image": v.booted_image, "steps": list(v.steps), "blockers": list(v.blockers)}
+            "firmware": desired.get("firmware"), "firmware_files": desired.get("firmware_files"), "state": v.state,
+            "power": v.power,
+            "booted_image": v.booted_image, "booted_version": v.booted_version, "steps": list(v.steps),
+            "blockers": list(v.blockers)}
 
 
 def _report(diags: Any, verb: str, out: Outcome) -> None:
     for problem in out.problems:
         diags.add_error(f"racklife could not {verb} {out.view.name}", problem)
+
+
+def _read(provider: ProviderBase, diags: Any, name: str, want: NodeWant | None) -> NodeView | None:
+    """The node refreshed and planned (against ``want``, or the store's own wishes when None); None with an
+    error diagnostic when the provider is not configured or the planner refused the read."""
+    fleet = configured(provider, diags)
+    if fleet is None:
+        return None
+    try:
+        return fleet.view(want) if want is not None else fleet.observe(name)
+    except TROUBLE as exc:
+        diags.add_error(f"racklife could not read {name}", str(exc))
+        return None
 
 
 class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type information
@@ -123,17 +145,22 @@ class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type informat
         return RESOURCE_SCHEMA
 
     def read(self, ctx: ReadContext, current: dict[str, Any]) -> dict[str, Any] | None:
-        fleet = configured(self.provider, ctx.diagnostics)
-        if fleet is None:
-            return current
-        try:
-            view = fleet.view(want_of(current))
-        except TROUBLE as exc:
-            ctx.diagnostics.add_error(f"racklife could not read {current['name']}", str(exc))
+        view = _read(self.provider, ctx.diagnostics, str(current["name"]), want_of(current))
+        if view is None:
             return current
         return _state(current, view) if view.exists else None  # gone from the store: Terraform plans a create
 
     def plan(self, ctx: PlanContext, current: dict[str, Any] | None, planned: dict[str, Any]) -> dict[str, Any]:
+        image = planned.get("image")
+        if isinstance(image, str) and (why := image_problem(image)):
+            ctx.diagnostics.add_error(f"racklife_node {planned.get('name')}: image", why, ["image"])
+            return planned
+        firmware, files = planned.get("firmware"), planned.get("firmware_files")
+        if firmware is not types.Unknown and files is not types.Unknown:
+            for attr, why in baseline_problems(dict(firmware or {}), dict(files or {})):
+                ctx.diagnostics.add_error(f"racklife_node {planned.get('name')}: {attr}", why, [attr])
+            if ctx.diagnostics.has_errors():
+                return planned
         if current is None:
             return planned
         # A node held by a run is planned too: if the run's process is gone (the provider killed mid-apply),
@@ -184,13 +211,8 @@ class NodeResource(Resource):  # type: ignore[misc]  # tf ships no type informat
         return current  # refused: the node stays, and so does its state
 
     def import_(self, ctx: ImportContext, id: str) -> dict[str, Any] | None:  # tf names it id
-        fleet = configured(self.provider, ctx.diagnostics)
-        if fleet is None:
-            return None
-        try:
-            view = fleet.observe(id)
-        except TROUBLE as exc:
-            ctx.diagnostics.add_error(f"racklife could not read {id}", str(exc))
+        view = _read(self.provider, ctx.diagnostics, id, None)
+        if view is None:
             return None
         if not view.exists:
             ctx.diagnostics.add_error(f"racklife's store has no node {id}",
@@ -212,20 +234,16 @@ class NodeData(DataSource):  # type: ignore[misc]  # tf ships no type informatio
         return DATA_SCHEMA
 
     def read(self, ctx: ReadDataContext, config: dict[str, Any]) -> dict[str, Any] | None:
-        fleet = configured(self.provider, ctx.diagnostics)
         name = str(config["name"])
-        if fleet is None:
-            return None
-        try:
-            v = fleet.observe(name)
-        except TROUBLE as exc:
-            ctx.diagnostics.add_error(f"racklife could not read {name}", str(exc))
+        v = _read(self.provider, ctx.diagnostics, name, None)
+        if v is None:
             return None
         if not v.exists:
             ctx.diagnostics.add_error(f"racklife's store has no node {name}", "", ["name"])
             return None
         return {"name": name, "id": name, "state": v.state, "pool": v.pool, "power": v.power,
-                "booted_image": v.booted_image, "slurm_state": v.slurm_state, "kube_ready": v.kube_ready,
+                "booted_image": v.booted_image, "booted_version": v.booted_version, "slurm_state": v.slurm_state,
+                "kube_ready": v.kube_ready,
                 "jobs": list(v.jobs), "acceptance_record": v.acceptance_record, "firmware": dict(v.firmware),
                 "drift": list(v.drift), "steps": list(v.steps), "blockers": list(v.blockers),
                 "observed_at": v.observed_at}

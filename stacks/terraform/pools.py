@@ -19,6 +19,7 @@ from tf import schema, types
 from tf.iface import CreateContext, DeleteContext, ImportContext, ReadContext, Resource, UpdateContext
 
 from lifecycle.model.inventory import InventoryError, Pool
+from lifecycle.model.vocab import LEAVE_POLICIES, LEVELS
 from lifecycle.store import StoreError
 from stacks.terraform.provider_base import ProviderBase, configured
 
@@ -42,9 +43,10 @@ SCHEMA = schema.Schema(version=SCHEMA_VERSION, attributes=[
     schema.Attribute("taints", types.Set(types.String()), optional=True,
                      description="Kubernetes taints (key[=value]:Effect) every node of the pool carries."),
     schema.Attribute("leave_policy", types.String(), optional=True, computed=True,
-                     description="What a leave does to running jobs: wait, requeue or cancel."),
+                     description=f"What a leave does to running jobs: {', '.join(LEAVE_POLICIES)}."),
     schema.Attribute("retest_level", types.String(), optional=True, computed=True,
-                     description="The acceptance level a node is re-tested at before it joins in a role swap."),
+                     description="The acceptance level a node is re-tested at before it joins in a role swap: "
+                                 f"{', '.join(LEVELS)}."),
     schema.Attribute("drain_deadline_s", types.Number(), optional=True, computed=True,
                      description="Seconds a drain may wait for jobs under the wait policy."),
 ])

@@ -14,6 +14,7 @@ from typing import Any
 from tf import schema, types
 from tf.iface import Provider
 
+from lifecycle.model.vocab import LEVELS
 from lifecycle.store import StoreError
 from stacks.terraform import settings as cfg
 from stacks.terraform.fleet import Fleet
@@ -30,7 +31,7 @@ _DESCRIPTIONS: dict[str, str] = {
     "boot_listen": "Where the embedded boot server listens while nodes are provisioned (env RACKLIFE_BOOT_LISTEN).",
     "boot_url": "The boot server's URL as nodes see it (env RACKLIFE_BOOT_URL).",
     "boot_timeout": "Seconds to wait for a node to phone home, per boot.",
-    "acceptance_level": "Acceptance level of accept steps: quick, standard or full.",
+    "acceptance_level": f"Acceptance level of accept steps: {', '.join(LEVELS)}.",
     "ssh_config": "ssh_config that reaches the nodes (env RACKLIFE_SSH_CONFIG).",
     "burnin_profile": "Burn-in profile for every node (default: each node's SKU).",
     "burnin_python": "Python on the nodes that has racklife's burnin package.",

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lifecycle.model import vocab
 from lifecycle.planner.apply import Unavailable
-
-LEVELS = ("quick", "standard", "full")
+from lifecycle.planner.assemble import RunnerSettings
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ProviderSettings:
     boot_listen: str
     boot_url: str | None
     boot_timeout_s: float
-    level: str  # acceptance level of accept steps
+    level: vocab.Level  # acceptance level of accept steps
     ssh_config: Path
     burnin_profile: str | None
     burnin_python: str
@@ -44,6 +45,15 @@ class ProviderSettings:
     max_unavailable: Unavailable
     operator: str
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def runner(self) -> RunnerSettings:
+        """What the planner's runner takes (:func:`lifecycle.planner.assemble.workflow_runner`)."""
+        return RunnerSettings(operator=self.operator, home=self.home, images_dir=self.images_dir, level=self.level,
+                              ssh_config=self.ssh_config, profile=self.burnin_profile,
+                              burnin_python=self.burnin_python, max_in_flight=self.max_in_flight,
+                              boot_listen=self.boot_listen, boot_url=self.boot_url, boot_timeout_s=self.boot_timeout_s,
+                              kubeconfig=self.kubeconfig, role_cmd=tuple(shlex.split(self.role_cmd)),
+                              slurm_conf_cmd=tuple(shlex.split(self.slurm_conf_cmd)))
 
 
 # attribute -> (environment variable, default); the provider schema lists the same names.
@@ -88,9 +98,12 @@ def from_config(config: Mapping[str, Any], env: Mapping[str, str] | None = None
                                       "RACKLIFE_INVENTORY (the site's racks, BMCs and NICs)"))
     elif not Path(inventory).is_file():
         problems.append(("inventory", f"the inventory {inventory} is not a readable file"))
-    level = _value(config, env, "acceptance_level") or "quick"
-    if level not in LEVELS:
-        problems.append(("acceptance_level", f"must be quick, standard or full, not {level!r}"))
+    given = _value(config, env, "acceptance_level") or "quick"
+    level: vocab.Level = "quick"
+    try:
+        level = vocab.level(given)
+    except ValueError as exc:
+        problems.append(("acceptance_level", f"{exc}, not {given!r}"))
     numbers: dict[str, float] = {}
     for key, low in (("boot_timeout", 1.0), ("max_in_flight", 1.0)):
         text = _value(config, env, key) or ""

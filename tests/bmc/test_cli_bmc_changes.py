@@ -173,7 +173,20 @@ def test_a_node_a_scheduler_uses_is_refused_unless_forced(lab: tuple[RedfishEmul
     assert refused.exit_code == 5 and "a scheduler is using it" in " ".join(refused.stderr.split())
     assert run(inventory, "bios", "set", "r01-n01", "UsbControl=UsbDisabled",
                "--reboot").exit_code == 5
-    forced = run(inventory, "firmware", "update", "r01-n01", "--file", str(image),
-                 "--component", "BMC", "--force")
+    # --force is no longer "straight to the BMC" under running jobs: it is the upgrade's change through the node
+    # cycle (leave, change, read back, re-test, rejoin; tests/e2e/test_firmware_upgrade_lab.py runs that cycle),
+    # planned here by its dry run; nothing reaches the BMC.
+    before = version(inventory, "r01-n01", "BMC")
+    forced = run(inventory, "firmware", "update", "r01-n01", "--file", str(image), "--component", "BMC",
+                 "--expect-version", "6.6.6", "--force", "--dry-run", "--json")
     assert forced.exit_code == 0, forced.stderr
-    assert version(inventory, "r01-n01", "BMC") == "6.6.6"
+    plan = json.loads(forced.stdout)
+    assert plan["action"] == "update the firmware of nodes in service, through the node cycle"
+    assert plan["targets"] == ["r01-n01"] and "firmware BMC 6.6.6, read back; re-test; rejoin" in plan["effects"][0]
+    bios = run(inventory, "bios", "set", "r01-n01", "UsbControl=UsbDisabled", "--reboot", "--force", "--dry-run",
+               "--json")
+    assert bios.exit_code == 0 and "bios UsbControl=UsbDisabled" in json.loads(bios.stdout)["effects"][0]
+    pushed = run(inventory, "firmware", "update", "r01-n01", "--file", str(image), "--component", "BMC",
+                 "--method", "push", "--force")
+    assert pushed.exit_code == 2 and "racklife upgrade --firmware" in pushed.stderr
+    assert version(inventory, "r01-n01", "BMC") == before != "6.6.6"

@@ -2,7 +2,7 @@
 
 Before, they acted the moment they were typed, and `bmc power cycle` of an
 in-service node went around the store and Slurm (the node came back drained
-and the next join failed). The BMC is the project's Redfish emulator on
+and the next join failed); with --force it is now the power workflow. The BMC is the project's Redfish emulator on
 loopback serving a captured tree; the CLI is the real one, with no terminal
 (so no one can be asked: without --yes it must refuse).
 """
@@ -98,5 +98,15 @@ def test_a_node_in_service_is_not_power_cycled_without_force(bmc: str, tmp_path:
     assert power(tmp_path, bmc) == "on"
     # Asking is no reason to refuse: status and a dry run still answer.
     assert run(tmp_path, "power", "status", *direct(bmc)).exit_code == 0
-    forced = run(tmp_path, "power", "off", *direct(bmc), "--yes", "--force", "--json")
-    assert forced.exit_code == 0 and json.loads(forced.stdout)["changed"] is True
+    # --force is no longer "straight to the BMC": it is the power workflow (leave, act, rejoin: the lab test
+    # tests/e2e/test_refresh_lab.py runs it against Slurm), planned here by its dry run.
+    forced = run(tmp_path, "power", "off", *direct(bmc), "--force", "--dry-run", "--policy", "requeue", "--json")
+    assert forced.exit_code == 0, forced.output
+    plan = json.loads(forced.stdout)
+    assert plan["action"] == "power off in service, through a workflow" and plan["targets"] == ["r01-n01"]
+    assert "racklife's drain or cordon (policy requeue)" in plan["effects"][0]
+    assert power(tmp_path, bmc) == "on"
+    bad = run(tmp_path, "power", "off", *direct(bmc), "--force", "--yes", "--policy", "yank", "--json")
+    said = " ".join(bad.output.replace("│", " ").split())  # the usage error's box, unwrapped
+    assert bad.exit_code == 2 and "Invalid value for '--policy'" in said and "'wait', 'requeue'." in said, said
+    assert power(tmp_path, bmc) == "on"

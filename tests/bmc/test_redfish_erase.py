@@ -111,3 +111,20 @@ def test_reset_to_defaults_where_the_manager_offers_it(emulator: RedfishEmulator
     assert "offers no Manager.ResetToDefaults" in reset_support(dell)
     with pytest.raises(NotSupported):
         reset_to_defaults(dell)
+
+
+@pytest.mark.parametrize(("fault", "seen"), [({}, [("EMUNVME0000", True)]),
+                                             ({"fail_tasks": True}, [("EMUNVME0000", False)]),
+                                             ({"erase_not_done": True}, [])])
+def test_the_drive_hears_of_an_erase_only_when_the_bmc_sent_it(redfish_dir: Path, make_driver: DriverFactory,
+                                                               fault: dict[str, bool],
+                                                               seen: list[tuple[str, bool]]) -> None:
+    """``on_erase`` is the drive's side of the erase (the lab writes its Sanitize Status log from it): a BMC
+    that lies (``erase_not_done``) reports the erase Completed and healthy, and the drive never heard of it."""
+    heard: list[tuple[str, bool]] = []
+    cfg = bmc_config("dell-idrac-bmclib", redfish_dir / "dell-idrac-bmclib", task_polls=3,
+                     hardware=ExtraHardware(drives=1))
+    with RedfishEmulator([cfg], on_erase=lambda _bmc, serial, ok: heard.append((serial, ok))) as emu:
+        emu.set_fault("dell-idrac-bmclib", **fault)
+        result = make_driver(emu.urls["dell-idrac-bmclib"]).erase_drive("0")
+    assert result.ok is (not fault.get("fail_tasks")) and heard == seen, (result, heard)

@@ -112,9 +112,10 @@ def test_a_root_image_is_published_with_live_boot_and_its_checksum(tmp_path: Pat
         (tmp_path / rel).mkdir()
         (tmp_path / rel / "manifest.json").write_text(json.dumps(manifest))
     images = published_images(tmp_path, "http://10.77.0.1:8069")
-    assert images["minimal"]["rootfs_url"] is None and images["minimal"]["kernel_args"] == ["console=ttyS0"]
+    assert images["minimal"].rootfs_url is None and images["minimal"].kernel_args == ("console=ttyS0",)
     root = "http://10.77.0.1:8069/images/debian12-gpu-2026.11.1/root.squashfs"
-    deb = BootImage.from_json(images["debian12-gpu"])
+    deb = images["debian12-gpu"]
+    assert images["debian12-gpu:2026.11.1"] == deb
     assert deb.kernel_args == ("console=ttyS0", "boot=live", f"fetch={root}")
     node = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml").node("r01-n01")
     script = ipxe_script(node, deb, "http://10.77.0.1:8069/phone-home", "tok")

@@ -97,5 +97,9 @@ def test_shell_completion_completes_commands_and_options_of_a_lazy_command() -> 
 
 
 def test_show_completion_prints_a_script_for_the_shell() -> None:
-    res = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="racklife")
-    assert res.exit_code == 0 and "_RACKLIFE_COMPLETE=complete_bash" in res.output
+    # As a user runs it, in its own process: in-process (CliRunner) it exited 1 now and then
+    # after other tests on the same worker had run the CLI in-process.
+    res = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'racklife'; from lifecycle.cli import main; "
+                          "main()", "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "_RACKLIFE_COMPLETE=complete_bash" in res.stdout, res.stdout + res.stderr
+    assert "complete -o default -F _racklife_completion racklife" in res.stdout, res.stdout

@@ -41,7 +41,8 @@ def test_without_a_readable_scheduler_it_is_refused_and_records_nothing(tmp_path
     inv.write_text(yaml.safe_dump(doc))
     assert racklife(tmp_path, "inventory", "import", str(inv)).returncode == 0, "import"
     name = ipmi["name"]
-    res = racklife(tmp_path, "decommission", name, "--erase", "--dry-run", "--json")
+    res = racklife(tmp_path, "decommission", name, "--erase", "--dry-run", "--json", "--ssh-config",
+                   str(tmp_path / "no-ssh-config"))
     assert res.returncode == 5, res.stdout + res.stderr
     [plan] = json.loads(res.stdout)["nodes"]
     checks = {c["name"]: c for c in plan["checks"]}
@@ -49,8 +50,14 @@ def test_without_a_readable_scheduler_it_is_refused_and_records_nothing(tmp_path
     assert checks["no jobs or pods running"]["detail"].startswith("could not be read")
     assert not checks["BMC can erase"]["ok"] and "the ipmi driver offers" in checks["BMC can erase"]["detail"]
     assert any("secure erase of every drive" in line for line in plan["plan"])
-    res = racklife(tmp_path, "decommission", name, "--erase", "--force", "--json")
+    # No SSH config to reach a maintenance boot (nor a built image): the erase could not be read back.
+    assert not checks["erase can be read back"]["ok"] and "no SSH config" in checks["erase can be read back"]["detail"]
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host *\n")
+    res = racklife(tmp_path, "decommission", name, "--erase", "--force", "--json", "--ssh-config", str(ssh_config),
+                   "--images", str(tmp_path / "no-images"))
     assert res.returncode == 5, res.stdout + res.stderr
     [out] = json.loads(res.stdout)
     assert out["refused"] and "BMC can erase" in out["reason"] and out["state"] == "enrolled"
+    assert "erase can be read back: no maintenance boot: no built images" in out["reason"], out["reason"]
     assert _history(tmp_path, name) == ["enroll"]

@@ -139,3 +139,18 @@ def test_an_unexpected_error_is_one_line_exit_70(home: Path, tmp_path: Path) -> 
     assert res.returncode == 70 and "Traceback" not in res.stderr
     assert json.loads(res.stdout)["error"]["code"] == "internal"
     assert "ZeroDivisionError: scripted" in res.stderr and "RACKLIFE_DEBUG=1" in res.stderr
+
+
+@pytest.mark.parametrize(("module", "now"), [("lightkube", "it is found now"),
+                                             ("racklife_no_such_module", "it is not installed there")])
+def test_a_module_that_did_not_import_says_which_python_looked_and_whether_it_finds_it_now(
+        home: Path, tmp_path: Path, module: str, now: str) -> None:
+    shim = tmp_path / "sitecustomize.py"
+    shim.write_text("import lifecycle.cli.nodes as n\n"
+                    f"def boom(*a, **k):\n    raise ModuleNotFoundError(\"No module named {module!r}\", name={module!r})\n"
+                    "n.Store = boom\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {
+        "RACKLIFE_HOME": str(home), "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([EXE, "nodes", "list"], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 70 and "Traceback" not in res.stderr
+    assert f"No module named '{module}' (python " in res.stderr and now in res.stderr, res.stderr

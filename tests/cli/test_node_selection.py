@@ -89,6 +89,32 @@ def test_commands_take_the_same_names(home: Path) -> None:
     assert join.returncode == 2 and "unknown pool(s): gaming" in join.stderr
 
 
+def test_the_commands_that_took_only_names_take_the_filters_too(home: Path) -> None:
+    """kube join, role-swap, decommission, repair and upgrade took plain names (or --pool/--nodes) only."""
+    (home / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    kube = ["--kubeconfig", str(home / "kubeconfig")]
+    cases = [
+        (["kube", "join", "--rack", "r09", *kube], "unknown rack(s): r09 (racks in the store: r01, r02)"),
+        (["role-swap", "--pool", "gaming", "--to", "inference", *kube],
+         "unknown pool(s): gaming (pools in the store: inference, training)"),
+        (["decommission", "--selector", "colour=red", "--dry-run"], "KEY one of state, pool, rack, sku"),
+        (["decommission", "r01-n[01-02]", "--rack", "r01", "--dry-run"], "name the nodes one way"),
+        (["repair", "r01-n[01-02]", "--action", "reboot"], "repair takes one node at a time"),
+        (["upgrade", "--rack", "r09", "--image", "minimal:2"], "unknown rack(s): r09"),
+        (["upgrade", "--nodes", "r01-n[01-02],r09-n01", "--image", "minimal:2"], "unknown node(s): r09-n01"),
+    ]
+    for args, needle in cases:
+        res = racklife(home, *args)
+        assert res.returncode == 2 and needle in " ".join(res.stderr.split()), (args, res.stderr)
+    # A filter that selects, through to the command's own checks: every node of rack r02 is only enrolled.
+    swap = racklife(home, "role-swap", "--selector", "rack=r02,pool=inference", "--to", "training", "--dry-run",
+                    "--json", *kube)
+    assert swap.returncode == 5, swap.stderr
+    assert [n["node"] for n in json.loads(swap.stdout)["nodes"]] == ["r02-n07", "r02-n08"]
+    dec = racklife(home, "decommission", "r01-n[07-08]", "--dry-run", "--json")
+    assert [n["node"] for n in json.loads(dec.stdout)["nodes"]] == ["r01-n07", "r01-n08"], dec.stderr
+
+
 def test_an_empty_store_says_which_store(tmp_path: Path) -> None:
     res = racklife(tmp_path, "nodes", "list")
     assert res.returncode == 0 and f"no nodes in the store sqlite:///{tmp_path / 'racklife.sqlite'}" in res.stderr

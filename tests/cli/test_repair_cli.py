@@ -31,6 +31,8 @@ def test_bad_input_is_exit_2(tmp_path: Path) -> None:
         (["repair", "r01-n01", "--action", "pray"], "--action must be one of"),
         (["repair", "r01-n01", "--from-xid", "-3"], "--from-xid"),
         (["repair", "nope", "--action", "reboot"], "nope"),
+        (["repair", "r01-n01", "--action", "reboot", "--image", "x"], "--image is only for a reimage"),
+        (["repair-status", "nope"], "pool 'nope' is not in the store"),
     ]
     for args, needle in cases:
         res = racklife(tmp_path, *args)
@@ -89,6 +91,15 @@ def test_rma_from_an_xid_quarantines_the_in_service_node_as_a_durable_run(tmp_pa
     assert "CHECK_MECHANICALS" in out["reason"] and "breaker closed" in out["breaker"], out
     hist = json.loads(racklife(tmp_path, "node", "history", "r01-n01", "--json").stdout)
     assert hist[-1]["to"] == "quarantined" and "repair (rma)" in hist[-1]["reason"], hist[-1]
-    # The run is over and its lease released; a second repair of the quarantined node is refused, exit 5.
-    res = racklife(tmp_path, "repair", "r01-n01", "--action", "reboot")
-    assert res.returncode == 5 and "needs it in service" in res.stderr, res.stderr
+    # The run is over and its lease released; a second rma of the quarantined node is refused, exit 5.
+    res = racklife(tmp_path, "repair", "r01-n01", "--action", "rma")
+    assert res.returncode == 5 and "quarantined already" in res.stderr, res.stderr
+    # An operator may repair the quarantined node with an action: the plan has nothing to leave.
+    res = racklife(tmp_path, "repair", "r01-n01", "--action", "reset-gpu", "--dry-run", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["refused"] == "", res.stdout + res.stderr
+    res = racklife(tmp_path, "repair", "r01-n01", "--action", "reimage", "--dry-run")  # the node's own image
+    assert res.returncode == 0 and "image debian12-gpu;" not in res.stdout and "image debian12-gpu" in res.stdout
+    res = racklife(tmp_path, "repair", "r01-n01", "--action", "reimage", "--image", "minimal:1", "--dry-run")
+    assert res.returncode == 0 and "image minimal:1" in res.stdout, res.stdout
+    res = racklife(tmp_path, "repair-status", "training")
+    assert res.returncode == 0 and "breaker closed" in res.stdout and "no health events" in res.stdout, res.stdout

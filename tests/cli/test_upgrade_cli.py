@@ -16,8 +16,8 @@ from tests.cli.test_roleswap_cli import EXAMPLE, racklife
 def test_bad_input_is_exit_2_and_changes_nothing(tmp_path: Path) -> None:
     assert racklife(tmp_path, "inventory", "import", str(EXAMPLE)).returncode == 0
     cases = [
-        (["upgrade", "--image", "minimal:2"], "exactly one of --pool or --nodes"),
-        (["upgrade", "--pool", "training", "--nodes", "r01-n01", "--image", "minimal:2"], "exactly one"),
+        (["upgrade", "--image", "minimal:2"], "name the nodes: --pool P"),
+        (["upgrade", "--pool", "training", "--nodes", "r01-n01", "--image", "minimal:2"], "name the nodes one way"),
         (["upgrade", "--pool", "training"], "--image"),
         (["upgrade", "--pool", "training", "--image", "minimal:"], "--image"),
         (["upgrade", "--pool", "training", "--image", "minimal:2", "--max-unavailable", "0%"], "--max-unavailable"),
@@ -25,7 +25,7 @@ def test_bad_input_is_exit_2_and_changes_nothing(tmp_path: Path) -> None:
         (["upgrade", "--pool", "training", "--image", "minimal:2", "--policy", "cancel"], "--policy"),
         (["upgrade", "--pool", "training", "--image", "minimal:2", "--halt-after", "3"], "--halt-after"),
         (["upgrade", "--pool", "training", "--image", "minimal:2", "--deadline", "soon"], "--deadline"),
-        (["upgrade", "--pool", "nowhere", "--image", "minimal:2"], "nowhere"),
+        (["upgrade", "--pool", "nowhere", "--image", "minimal:2"], "unknown pool(s): nowhere (pools in the store: "),
         (["upgrade", "--nodes", "r01-n01,nope", "--image", "minimal:2"], "nope"),
         (["upgrade", "status", "upgrade-000000000000"], "no upgrade run"),
         (["upgrade", "pause", "upgrade-000000000000"], "no upgrade run"),

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def run(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Com
 
 class RunningLab:
     def __init__(self, nodes: int, faults: dict[str, str] | None = None, boot_time: float = 1.0,
-                 with_vm: bool = False) -> None:
+                 with_vm: bool = False, extra: tuple[str, ...] = ()) -> None:
         assert os.geteuid() == 0, "end-to-end lab tests need root (network namespaces, daemons)"
         self.root = Path(tempfile.mkdtemp(prefix="rle", dir="/tmp"))
         self.root.chmod(0o755)  # the lab's slurmrestd runs as nobody and reads slurm.conf below it
@@ -37,7 +38,7 @@ class RunningLab:
         # own, and `lab up` refuses namespaces of another lab's prefix.
         self.prefix = f"rle{os.getpid() % 10000}x{next(_LABS)}-"
         args = ["lab", "up", "--nodes", str(nodes), "--dir", str(self.dir), "--prefix", self.prefix,
-                "--boot-time", str(boot_time), *(["--with-vm"] if with_vm else [])]
+                "--boot-time", str(boot_time), *(["--with-vm"] if with_vm else []), *extra]
         if faults:
             ffile = self.root / "faults.yaml"
             ffile.write_text("".join(f"{k}: {v}\n" for k, v in faults.items()))
@@ -48,7 +49,8 @@ class RunningLab:
             raise AssertionError(f"lab up failed: {res.stdout}\n{res.stderr}")
         exports = run(dict(os.environ), "lab", "env", "--dir", str(self.dir)).stdout
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RACKLIFE_"))}
-        self.env = base | parse_exports(exports)
+        # RACKLIFE_DEBUG: an internal error in a lab test prints its traceback into the CI log.
+        self.env = base | parse_exports(exports) | {"RACKLIFE_DEBUG": "1"}
         self.inventory = Path(self.env["RACKLIFE_INVENTORY"])
 
     def status(self) -> dict[str, Any]:
@@ -68,15 +70,65 @@ class RunningLab:
 
 
 @pytest.fixture(scope="session")
-def minimal_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def image_debs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's .deb download cache: the images built here share their kernel package."""
+    return tmp_path_factory.mktemp("debs")
+
+
+@pytest.fixture(scope="session")
+def minimal_image(tmp_path_factory: pytest.TempPathFactory, image_debs: Path) -> Path:
     """The minimal image, built once per session into a directory the labs' controllers share."""
     from lifecycle.imaging.build import build
     from lifecycle.imaging.definition import load_definition
 
     out = tmp_path_factory.mktemp("images")
     defn, defdir = load_definition("minimal")
-    build(defn, defdir, out, tmp_path_factory.mktemp("debs"))
+    build(defn, defdir, out, image_debs)
     return out
+
+
+@dataclass(frozen=True)
+class MaintenanceImage:
+    out: Path
+    """The directory it was built into (maintenance-1/)."""
+    key: Path
+    """The private key whose public half the image's SSH server accepts (the test's; never in the image)."""
+
+
+@pytest.fixture(scope="session")
+def maintenance_image(tmp_path_factory: pytest.TempPathFactory, image_debs: Path) -> MaintenanceImage:
+    """The maintenance image, built once per session with a key made for the session."""
+    from lifecycle.imaging.build import build
+    from lifecycle.imaging.definition import load_definition
+
+    keys = tmp_path_factory.mktemp("maintenance-key")
+    key = keys / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "racklife-test", "-f", str(key)],
+                   check=True, timeout=30)
+    out = tmp_path_factory.mktemp("images")
+    defn, defdir = load_definition("maintenance")
+    build(defn, defdir, out, image_debs, authorized_keys=key.with_suffix(".pub").read_text().splitlines())
+    return MaintenanceImage(out, key)
+
+
+def publish_version(built: Path, into: Path, version: str) -> Path:
+    """The built minimal image and a copy of it published as ``version`` (a later build), in ``into``."""
+    shutil.copytree(built, into, dirs_exist_ok=True)
+    [old] = [d for d in into.iterdir() if (d / "manifest.json").is_file() and d.name.startswith("minimal-")]
+    new = into / f"minimal-{version}"
+    shutil.copytree(old, new)
+    manifest = json.loads((new / "manifest.json").read_text())
+    manifest["version"], manifest["built_at"] = version, "2099-01-01T00:00:00+00:00"
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    return into
+
+
+def firmware_version(lab: RunningLab, node: str, component: str) -> str:
+    """The version the node's BMC reports for ``component`` (its name or its id's last part)."""
+    res = lab.racklife("bmc", "firmware", "list", node, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return str(next(c["version"] for c in json.loads(res.stdout)["firmware"]
+                    if component in (c["name"], (c["id"] or "").rsplit("/", 1)[-1])))
 
 
 @pytest.fixture(scope="module")

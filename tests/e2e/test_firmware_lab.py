@@ -28,6 +28,9 @@ pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 def lab() -> Iterator[RunningLab]:
     running = RunningLab(4)
     try:
+        # `racklife bmc NODE…` finds each node's BMC in the store (not in $RACKLIFE_INVENTORY)
+        imported = running.racklife("inventory", "import", str(running.inventory))
+        assert imported.returncode == 0, imported.stdout + imported.stderr
         yield running
     finally:
         running.down()

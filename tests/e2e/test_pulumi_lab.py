@@ -4,16 +4,28 @@ First the host (`python -m pulumi.dynamic`, the process Pulumi's engine
 starts) is driven as the engine drives it, for each dynamic resource, on
 node-03, with each side effect checked in the lab:
 
-- ``BareMetalNode`` Check refuses a bad MAC on its property; Create enrols,
-  provisions and accepts (and stops there: not in service); Read reports it;
-  Diff says an image change is an update and a serial change a replacement;
-  the image Update is refused (minimal2 is not built) and the node is left
-  in service, not drained;
+- ``BareMetalNode`` Check refuses a bad MAC on its property; two Creates sent
+  at once (node-03 and node-04) run side by side in the one host (their
+  builds overlap in time); each enrols, provisions and accepts (and stops
+  there: not in service); Read reports it; Diff says a serial change is a
+  replacement; (after the membership below) a new host, configured with an
+  images directory holding version 2 of the image, refuses an Update to
+  version 9 (not built) leaving the node in service, and carries out the
+  Update to version 2 (Diff: an update, not a replacement) as the planner's
+  reimage: drained, reprovisioned, re-tested, idle in its partition, and
+  Read reports version 2; then a firmware baseline added to its spec is an
+  update that is the planner's update-firmware (the image pushed to the
+  OpenBMC tree's UpdateService, the version read back, in service again);
 - ``PoolMembership`` Create joins Slurm's partition; Update to ``inference``
   is the role swap (in service in Kubernetes, labelled); Delete drains it out
   with racklife's cordon;
 - ``SlurmNodeRegistration`` Create checks slurmctld lists it in the
-  partition (a wrong partition is refused); Read follows Slurm;
+  partition (a partition slurm.conf lacks is refused by the lab's hook);
+  Read follows Slurm; for node-04, which slurm.conf does not define, Create
+  puts its ``NodeName=`` line into the lab's slurm.conf and its partition
+  (the lab's registration hook, slurmctld restarted: ``scontrol show node``
+  lists it in the partition), and Delete takes it out again (``scontrol``
+  no longer knows it);
 - ``BareMetalNode`` Delete decommissions it (the planner's step for a node the
   inventory no longer lists); Read then says it is gone.
 
@@ -33,6 +45,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +56,7 @@ from pulumi.dynamic import ConfigureRequest
 from pulumi.dynamic.config import Config
 from pulumi.runtime import MockResourceArgs
 
+from lifecycle.lab.redfish_emulator.update_service import make_image
 from lifecycle.model.inventory import load_inventory
 from stacks.racklife_pulumi.components import node_props
 from stacks.racklife_pulumi.program import StackConfig
@@ -51,11 +65,12 @@ from stacks.racklife_pulumi.providers import (
     PoolMembershipProvider,
     SlurmNodeRegistrationProvider,
 )
-from tests.e2e.conftest import RunningLab
-from tests.e2e.host import HostError, ProviderHost, host_env
+from tests.e2e.conftest import RunningLab, firmware_version, publish_version
+from tests.e2e.host import Created, HostError, ProviderHost, host_env
 from tests.stacks.mocks import Recorder, Seen, kind, run_program
 
 pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+OPENBMC_PART = "5d0869c4"  # node-03's BMC firmware in the lab's OpenBMC tree (its id's last part)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +88,13 @@ def nodes(lab: RunningLab) -> dict[str, dict[str, Any]]:
 
 def events(lab: RunningLab, name: str) -> list[str]:
     return [h["event"] for h in json.loads(lab.racklife("node", "history", name, "--json").stdout)]
+
+
+def build_span(lab: RunningLab, name: str) -> tuple[str, str]:
+    """When the node's build began (its enrolment) and when its acceptance was recorded (ISO 8601, UTC)."""
+    rows = json.loads(lab.racklife("node", "history", name, "--json").stdout)
+    start = min(r["at"] for r in rows if r["event"] == "enroll")
+    return start, max(r["at"] for r in rows if r["event"] == "accept")
 
 
 def sinfo(lab: RunningLab, name: str) -> tuple[str, str]:
@@ -128,8 +150,17 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
         assert [p for p, _ in node.check("node-03", bad)[1]] == ["spec.nics[0].mac"]
         inputs, failures = node.check("node-03", props)
         assert failures == []
+        inputs_04, failures = node.check("node-04", node_props(inv, inv.node("node-04")))
+        assert failures == []
 
-        built = node.create("node-03", inputs)
+        # Two Creates at once in one host, as the engine sends independent resources: they run side by side
+        # (each node's build, enrol to acceptance, overlaps the other's), not one after the other.
+        with ThreadPoolExecutor(2) as pool_:
+            both = [pool_.submit(node.create, "node-03", inputs), pool_.submit(node.create, "node-04", inputs_04)]
+            built, built_04 = (f.result() for f in both)
+        assert built_04.outs["state"] == "accepted", built_04.outs
+        spans = {n: build_span(lab, n) for n in ("node-03", "node-04")}
+        assert spans["node-03"][0] < spans["node-04"][1] and spans["node-04"][0] < spans["node-03"][1], spans
         assert built.id == inv.node("node-03").serial
         assert built.outs["state"] == "accepted" and built.outs["acceptance_record"], built.outs
         assert nodes(lab)["node-03"]["state"] == "accepted"  # stopped before the join: the membership's
@@ -153,21 +184,15 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
         reg = slurm.create("node-03", reg_in)
         assert reg.outs["slurm_state"].lower().startswith("idle") and "training" in reg.outs["partitions"]
         assert slurm.read("node-03", reg.id, reg.outs).id == reg.id
-        with pytest.raises(HostError, match="not in partition gpu"):
+        with pytest.raises(HostError, match=r"registration hook failed .*slurm\.conf has no partition gpu"):
             slurm.create("node-03", {**reg_in, "partition": "gpu"})
+        _registration_edits_slurm_conf(lab, slurm)
 
-        reimaged = copy.deepcopy(inputs)
-        reimaged["spec"]["image"] = "minimal2"
-        reimaged["images"] = [{"name": "minimal2", "version": "2"}]
-        assert node.diff("node-03", built.id, built.outs, reimaged) == ("DIFF_SOME", [])
         other = copy.deepcopy(inputs)
         other["spec"]["serial"] = "LAB99999"
         assert node.diff("node-03", built.id, built.outs, other) == ("DIFF_SOME", ["spec.serial"])
         assert node.diff("node-03", built.id, built.outs, inputs)[0] == "DIFF_NONE"
-        # Refused before anything runs: the boot server has no build of minimal2.
-        with pytest.raises(HostError, match=r"reimage.*(is not built|not published)"):
-            node.update("node-03", built.id, built.outs, reimaged)
-        assert nodes(lab)["node-03"]["state"] == "in_service" and sinfo(lab, "node-03")[0] == "idle"
+        built = _new_image_and_firmware(lab, config, env, inputs, built, tmp)
 
         moved_in = {**member_in, "pool": "inference"}
         assert pool.diff("node-03", member.id, member.outs, moved_in) == ("DIFF_SOME", [])
@@ -179,7 +204,9 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
         assert k["metadata"]["labels"].get("racklife.io/pool") == "inference"
         assert not k["spec"].get("unschedulable")
         after = slurm.read("node-03", reg.id, reg.outs)
-        assert after.id == "" or "training" not in after.outs["partitions"], after.outs
+        # Still in slurm.conf (the registration's), drained there by racklife (the swap's leave).
+        assert after.id == reg.id and "DRAIN" in after.outs["slurm_state"] and after.outs["owner"] == "racklife", \
+            after.outs
 
         pool.delete("node-03", member.id, moved)
         assert nodes(lab)["node-03"]["state"] == "drained"
@@ -194,6 +221,93 @@ def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp:
     finally:
         for host in (node, pool, slurm):
             host.close()
+
+
+def scontrol_node(lab: RunningLab, name: str) -> str | None:
+    """``scontrol show node NAME`` from the lab's real slurmctld; None when Slurm does not know the node."""
+    done = subprocess.run(["scontrol", "show", "node", "-o", name], env=lab.env, capture_output=True, text=True,
+                          timeout=15, check=False)
+    if done.returncode != 0:
+        assert "not found" in (done.stdout + done.stderr).lower(), done.stdout + done.stderr
+        return None
+    return done.stdout
+
+
+def _registration_edits_slurm_conf(lab: RunningLab, slurm: ProviderHost) -> None:
+    """node-04 (an inference node: slurm.conf does not define it) registered in partition training through the
+    lab's registration hook (slurmctld restarted with its NodeName line), then taken out again by Delete."""
+    assert scontrol_node(lab, "node-04") is None
+    conf = Path(lab.env["SLURM_CONF"])
+    assert "NodeName=node-04 " not in conf.read_text()
+    inputs, failures = slurm.check("node-04", {"node": "node-04", "partition": "training", "membership": "training"})
+    assert failures == []
+    reg = slurm.create("node-04", inputs)
+    shown = scontrol_node(lab, "node-04")
+    assert shown is not None and "NodeName=node-04 " in shown and "Partitions=training" in shown, shown
+    assert "training" in reg.outs["partitions"], reg.outs
+    assert "NodeName=node-04 " in conf.read_text()
+    assert slurm.read("node-04", reg.id, reg.outs).id == reg.id
+    slurm.delete("node-04", reg.id, reg.outs)
+    assert scontrol_node(lab, "node-04") is None
+    assert "node-04" not in conf.read_text()
+    assert slurm.read("node-04", reg.id, reg.outs).id == ""  # gone from Slurm: gone
+
+
+def _new_image_and_firmware(lab: RunningLab, config: dict[str, str], env: dict[str, str], inputs: dict[str, Any],
+                            built: Created, tmp: Path) -> Created:
+    """A new `pulumi up` (a new host) with an images directory holding version 2 of the image in the stack's
+    configuration: the version raised, then a firmware baseline added, each an update of node-03."""
+    images = publish_version(Path(config["racklife:imagesDir"]), tmp / "images", "2")
+    host = ProviderHost(env, BareMetalNodeProvider(), "BareMetalNode", tmp / "node-host-2.log")
+    try:
+        host.configure({**config, "racklife:imagesDir": str(images)})
+        v2, built = _reimage(lab, host, inputs, built)
+        return _firmware(lab, host, v2, built, tmp)
+    finally:
+        host.close()
+
+
+def _reimage(lab: RunningLab, host: ProviderHost, inputs: dict[str, Any], built: Created
+             ) -> tuple[dict[str, Any], Created]:
+    """The image's version raised to 2: an update, not a replacement, that reimages node-03."""
+    unbuilt = copy.deepcopy(inputs)
+    unbuilt["spec"]["image"], unbuilt["images"] = "minimal", [{"name": "minimal", "version": "9"}]
+    # Refused before anything runs: the boot server has no build of version 9; node-03 stays in service.
+    with pytest.raises(HostError, match=r"reimage.*(is not built|not published)"):
+        host.update("node-03", built.id, built.outs, unbuilt)
+    assert nodes(lab)["node-03"]["state"] == "in_service" and sinfo(lab, "node-03")[0] == "idle"
+
+    v2 = copy.deepcopy(inputs)
+    v2["spec"]["image"], v2["images"] = "minimal", [{"name": "minimal", "version": "2"}]
+    assert host.diff("node-03", built.id, built.outs, v2) == ("DIFF_SOME", [])  # an update, not a replacement
+    outs = host.update("node-03", built.id, built.outs, v2)
+    assert (outs["state"], outs["booted_image"], outs["booted_version"]) == ("in_service", "minimal", "2"), outs
+    events = [h["event"] for h in json.loads(lab.racklife("node", "history", "node-03", "--json").stdout)]
+    at = events.index("reprovision")  # the planner's reimage: leave, reprovision, re-test, rejoin
+    assert events[at - 2:at + 6] == ["drain", "drain_done", "reprovision", "reprovision_done", "burn_in",
+                                     "accept", "join", "join_done"], events
+    assert sinfo(lab, "node-03") == ("idle", "training")
+    again = host.read("node-03", built.id, outs)
+    assert (again.id, again.outs["booted_version"], again.outs["state"]) == (built.id, "2", "in_service")
+    assert host.diff("node-03", built.id, again.outs, v2)[0] == "DIFF_NONE"
+    return v2, Created(built.id, again.outs)
+
+
+def _firmware(lab: RunningLab, host: ProviderHost, v2: dict[str, Any], built: Created, tmp: Path) -> Created:
+    """A firmware baseline in the node's spec (the inventory's): an update that is the planner's update-firmware
+    (node-03's OpenBMC tree: the image pushed to its UpdateService, the version read back, in service again)."""
+    image = make_image(tmp / "fw-5.tar", "BMC", "5.0.0")
+    assert firmware_version(lab, "node-03", OPENBMC_PART) != "5.0.0"
+    based = copy.deepcopy(v2)
+    based["spec"]["firmware"] = [{"component": OPENBMC_PART, "version": "5.0.0", "file": str(image)}]
+    assert host.diff("node-03", built.id, built.outs, based) == ("DIFF_SOME", [])
+    outs = host.update("node-03", built.id, built.outs, based)
+    assert firmware_version(lab, "node-03", OPENBMC_PART) == "5.0.0"
+    assert outs["state"] == "in_service" and sinfo(lab, "node-03") == ("idle", "training"), outs
+    history = lab.racklife("node", "history", "node-03", "--json").stdout
+    assert "firmware" in history and "5.0.0" in history, history
+    assert host.diff("node-03", built.id, outs, based)[0] == "DIFF_NONE"
+    return Created(built.id, outs)
 
 
 class Routed(Recorder):

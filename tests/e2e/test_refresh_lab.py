@@ -183,3 +183,110 @@ def test_out_of_band_changes_are_reported_by_source_and_left_alone(built: Runnin
     assert not any(d["node"] == "node-01" for d in after["drift"]), after["drift"]  # type: ignore[attr-defined]
     code, again = _apply(built)
     assert again["done"] == [], again
+
+
+def test_a_forced_power_cycle_leaves_slurm_and_rejoins_and_never_lifts_a_foreign_drain(built: RunningLab) -> None:
+    """`bmc power cycle --force` of a node in service is one workflow: the store and Slurm agree after it.
+
+    Before, --force went straight to the BMC: Slurm held the node down ('lab: powered off'), the store
+    still said in service, and the next `slurm join` moved it to join_failed.
+    """
+    slurm = SlurmDriver(CommandRunner(env=built.env))
+    refused = built.racklife("bmc", "power", "cycle", "--node", "node-03", "--yes", "--json")
+    assert refused.returncode == 5 and "a scheduler is using it" in json.loads(refused.stdout)["error"]["message"]
+    dry = built.racklife("bmc", "power", "cycle", "--node", "node-03", "--force", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["targets"] == ["node-03"], dry.stdout + dry.stderr
+
+    # Someone else's drain: refused, nothing done (no power action, their drain and reason kept).
+    subprocess.run(["scontrol", "update", "nodename=node-01", "state=drain", "reason=admin: reseat cable"],
+                   env=built.env, check=True, timeout=15)
+    try:
+        started = slurm.node("node-01").slurmd_start
+        foreign = built.racklife("bmc", "power", "cycle", "--node", "node-01", "--force", "--yes", "--json",
+                                 timeout=300)
+        assert foreign.returncode == 5, foreign.stdout + foreign.stderr
+        [out] = json.loads(foreign.stdout)
+        assert out["refused"] and out["power"] == {} and "admin: reseat cable" in out["reason"], out
+        node01 = slurm.node("node-01")
+        assert node01.state.drain and node01.reason == "admin: reseat cable"
+        assert node01.slurmd_start == started and node01.state.responding  # not power cycled
+        assert _states(built)["node-01"] == "in_service"
+    finally:  # the admin lifts their own drain
+        subprocess.run(["scontrol", "update", "nodename=node-01", "state=resume"], env=built.env, check=True,
+                       timeout=15)
+
+    before = slurm.node("node-03")
+    assert before.slurmd_start, "Slurm reports SlurmdStartTime"
+    history = len(json.loads(built.racklife("node", "history", "node-03", "--json").stdout))
+    cycled = built.racklife("bmc", "power", "cycle", "--node", "node-03", "--force", "--yes", "--policy", "requeue",
+                            "--json", timeout=600)
+    assert cycled.returncode == 0, cycled.stdout + cycled.stderr
+    assert "Traceback" not in cycled.stderr
+    [out] = json.loads(cycled.stdout)
+    assert out["ok"] and out["state"] == "in_service" and out["power"]["action"] == "cycle", out
+    after = slurm.node("node-03")
+    assert after.slurmd_start != before.slurmd_start, "the node rebooted"
+    deadline = time.monotonic() + 30  # Slurm marks a resumed node not responding until its next ping (~1 s)
+    while not (after.state.base == "idle" and not after.state.drain and after.state.responding):
+        assert time.monotonic() < deadline, after
+        time.sleep(0.5)
+        after = slurm.node("node-03")
+    time.sleep(11)  # a ping cycle (SlurmdTimeout/3): the node stays answering, no late 'not responding'
+    after = slurm.node("node-03")
+    assert after.state.base == "idle" and not after.state.drain and after.state.responding, after
+    assert "training" in after.partitions
+    events = [t["event"] for t in json.loads(built.racklife("node", "history", "node-03", "--json").stdout)[history:]]
+    assert events == ["drain", "drain_done", "join", "join_done"], events
+    assert _states(built)["node-03"] == "in_service"
+    _code, seen = _refresh(built)
+    assert not any(d["node"] == "node-03" for d in seen["drift"]), seen["drift"]  # type: ignore[attr-defined]
+    # A later join is a no-op: nothing recorded.
+    join = built.racklife("slurm", "join", "node-03", "--json")
+    assert join.returncode == 0 and json.loads(join.stdout)[0]["reason"] == "already in service", join.stdout
+    assert len(json.loads(built.racklife("node", "history", "node-03", "--json").stdout)) == history + 4
+
+    # Off: the node stays out of service (drained, racklife's drain) and the output says how to bring it back.
+    off = built.racklife("bmc", "power", "off", "--node", "node-03", "--force", "--yes", "--json", timeout=300)
+    assert off.returncode == 0, off.stdout + off.stderr
+    [out] = json.loads(off.stdout)
+    assert out["ok"] and out["state"] == "drained", out
+    assert out["hint"] == ("to bring it back: racklife bmc power on node-03, then racklife slurm join "
+                           "node-03"), out
+    held = slurm.node("node-03")
+    assert held.state.drain and held.owner.kind == "racklife", held
+    on = built.racklife("bmc", "power", "on", "--node", "node-03", "--json")
+    assert on.returncode == 0, on.stdout + on.stderr
+    deadline = time.monotonic() + 120
+    while not (held.state.responding and held.state.base != "down"):  # ReturnToService=2: back when it registers
+        assert time.monotonic() < deadline, held
+        time.sleep(0.5)
+        held = slurm.node("node-03")
+    back = built.racklife("slurm", "join", "node-03", "--json")
+    assert back.returncode == 0 and json.loads(back.stdout)[0]["state"] == "in_service", back.stdout + back.stderr
+    assert not slurm.node("node-03").state.drain
+
+    # A node of a Kubernetes pool: cordoned by racklife, cycled (IPMI), back when its kubelet reports a new
+    # boot id and Ready, uncordoned.
+    admin = KubeAdmin.from_kubeconfig(Path(built.env["KUBECONFIG"]))
+    boot = admin.request("GET", "/api/v1/nodes/node-04")["status"]["nodeInfo"]["bootID"]
+    kcycled = built.racklife("bmc", "power", "cycle", "--node", "node-04", "--force", "--yes", "--json", timeout=600)
+    assert kcycled.returncode == 0, kcycled.stdout + kcycled.stderr
+    [out] = json.loads(kcycled.stdout)
+    assert out["ok"] and out["state"] == "in_service" and out["leave"]["ok"], out
+    kube_node = admin.request("GET", "/api/v1/nodes/node-04")
+    assert kube_node["status"]["nodeInfo"]["bootID"] != boot, "the node rebooted"
+    assert not kube_node["spec"].get("unschedulable"), kube_node["spec"]
+    assert [c["status"] for c in kube_node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert _states(built)["node-04"] == "in_service"
+
+
+def test_accept_of_nodes_in_service_is_refused_not_failed(built: RunningLab) -> None:
+    """`accept` of nodes in service printed FAIL verdicts and exited 1 ("verdict: fail") for nodes nobody tested."""
+    res = built.racklife("accept", "node-[01-02]", "--level", "quick", "--json")
+    assert res.returncode == 5, res.stdout + res.stderr
+    verdicts = json.loads(res.stdout)["nodes"]
+    assert [(v["node"], v["passed"], v["state"]) for v in verdicts] == [("node-01", False, "in_service"),
+                                                                        ("node-02", False, "in_service")]
+    assert all("acceptance needs one of" in (v["refused_by"] or "") for v in verdicts), verdicts
+    text = built.racklife("accept", "node-01", "--level", "quick")
+    assert text.returncode == 5 and "REFUSED" in text.stdout and "FAIL" not in text.stdout, text.stdout

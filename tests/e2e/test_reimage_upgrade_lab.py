@@ -20,12 +20,19 @@ of it, version 2, is published beside it. In order, in one test:
    resume RUN` adopts the run, and batch 2 finishes (each of its nodes
    drained and reimaged once). Every node ends on version 2, idle in Slurm,
    and plans no changes; the report names the job it touched.
+
+A second test (independent of the first: it may run alone) upgrades node-01..04
+to minimal 3 with `--canary 1 --policy wait`: the run holds after the canary
+(node-01 new, accepted, in service; the others untouched); a long job starts
+on node-02; `resume`, and while batch 2 waits for the job, `abort`. Every node
+ends fully new (node-01..03: minimal 3 booted, accepted, in service in Slurm)
+or fully old (node-04: its old image, in service, no event in its history);
+sacct says the job COMPLETED.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -36,7 +43,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import EXE, RunningLab
+from tests.e2e.conftest import EXE, RunningLab, publish_version
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 UPGRADED = ["node-01", "node-02", "node-03", "node-04"]
@@ -62,18 +69,6 @@ def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
     while not done():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
-
-
-def publish_version(built: Path, into: Path, version: str) -> Path:
-    """The built minimal image and a copy of it published as ``version`` (a later build)."""
-    shutil.copytree(built, into, dirs_exist_ok=True)
-    [old] = [d for d in into.iterdir() if (d / "manifest.json").is_file() and d.name.startswith("minimal-")]
-    new = into / f"minimal-{version}"
-    shutil.copytree(old, new)
-    manifest = json.loads((new / "manifest.json").read_text())
-    manifest["version"], manifest["built_at"] = version, "2099-01-01T00:00:00+00:00"
-    (new / "manifest.json").write_text(json.dumps(manifest))
-    return into
 
 
 def pinned(lab: RunningLab, tmp: Path, version: str) -> Path:
@@ -250,3 +245,120 @@ def test_image_changes_by_apply_role_swap_and_rolling_upgrade(lab: RunningLab, m
     v2 = _reimage_through_apply(lab, images, tmp_path)
     _role_swap_with_reimage(lab, images)
     _rolling_upgrade(lab, images, v2, tmp_path)
+
+
+ABORTED = ["node-01", "node-02", "node-03", "node-04"]
+
+
+def history(lab: RunningLab, name: str) -> list[dict[str, Any]]:
+    res = lab.racklife("node", "history", name, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows: list[dict[str, Any]] = json.loads(res.stdout)
+    return rows
+
+
+def accepted_since(lab: RunningLab, name: str, since: str) -> bool:
+    """The node's latest acceptance passed and was recorded after ``since`` (ISO time)."""
+    shown = json.loads(lab.racklife("node", "show", name, "--json").stdout)
+    return bool(shown["acceptance"]) and shown["acceptance"][0]["passed"] and \
+        shown["acceptance"][0]["created_at"] > since
+
+
+def sacct_states(lab: RunningLab, job: str) -> list[str]:
+    out = subprocess.run(["sacct", "-n", "-P", "-D", "-X", "-j", job, "-o", "State"], env=lab.env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return [s.strip() for s in out.splitlines() if s.strip()]
+
+
+def test_canary_holds_then_abort_mid_batch_leaves_every_node_old_or_new(lab: RunningLab, minimal_image: Path,
+                                                                         tmp_path: Path) -> None:
+    """Issue 19: the canary holds for a verdict; `abort` mid-rollout leaves every node fully old or fully new
+    (or quarantined with a reason), read from the boot server's record and Slurm as well as the store; no
+    job lost. Independent of the test above (it may run alone): whatever each node booted before is "old",
+    minimal 3 is "new"; the nodes are named, so node-05's pool does not matter."""
+    images = publish_version(minimal_image, tmp_path / "images", "3")
+    old = {n: booted(lab, n) for n in ABORTED}
+    assert all(v != ("minimal", "3") for v in old.values()), old
+    assert all(node(lab, n)["state"] == "in_service" for n in ABORTED), [node(lab, n) for n in ABORTED]
+    since = subprocess.run(["date", "-u", "+%Y-%m-%dT%H:%M:%S"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    seen_before = {n: len(history(lab, n)) for n in ABORTED}
+    proc = subprocess.Popen([EXE, "upgrade", "--nodes", ",".join(ABORTED), "--image", "minimal:3",
+                             "--max-unavailable", "2", "--canary", "1", "--policy", "wait", "--images", str(images),
+                             "--boot-timeout", "60", "--json"], env=lab.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        runs: list[str] = []
+
+        def started() -> bool:
+            listed = json.loads(lab.racklife("workflows", "list", "--json").stdout)
+            runs[:] = [r["id"] for r in listed if r["name"].endswith("upgrade") and r["status"] == "PENDING"]
+            return bool(runs) or proc.poll() is not None
+
+        wait_for(started, 60, "the upgrade run to start")
+        assert proc.poll() is None, proc.communicate()
+        [run] = runs
+        wait_for(lambda: (upgrade_status(lab, run)["report"] or {}).get("phase") == "held", 600, "the canary hold")
+        time.sleep(3)  # held means held: nothing else starts
+        held = upgrade_status(lab, run)
+        assert held["status"] == "PENDING" and held["report"]["phase"] == "held", held
+        assert held["report"]["batches"] == [["node-01"]], held
+        assert [(n["node"], n["ok"]) for n in held["report"]["nodes"]] == [("node-01", True)], held
+        assert held["report"]["pending"] == ABORTED[1:], held
+        assert booted(lab, "node-01") == ("minimal", "3")
+        assert node(lab, "node-01")["state"] == "in_service" and accepted_since(lab, "node-01", since)
+        assert sinfo(lab)["node-01"] == ("idle", "training")
+        for n in ABORTED[1:]:  # untouched: same image, never left, still serving
+            assert booted(lab, n) == old[n] and len(history(lab, n)) == seen_before[n], n
+        # A long job on node-02 (batch 2), started while the run holds: batch 2 must wait for it (policy wait).
+        done_file = tmp_path / "long-job-done"
+        job = subprocess.run(["sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "-p", "training", "-w",
+                              "node-02", "--wrap", f"sleep 30; touch {done_file}"], env=lab.env,
+                             capture_output=True, text=True, check=True, timeout=15).stdout.strip()
+        wait_for(lambda: sinfo(lab)["node-02"][0] in ("allocated", "mixed"), 30, "the long job to run")
+        assert upgrade_status(lab, run)["report"]["phase"] == "held"
+
+        resumed = lab.racklife("upgrade", "resume", run)
+        assert resumed.returncode == 0 and "sent" in resumed.stderr, resumed.stdout + resumed.stderr
+        # Batch 2 (node-02, node-03) is under way: node-02 waits for the long job (policy wait). Abort now.
+        wait_for(lambda: node(lab, "node-02")["state"] != "in_service", 120, "batch 2 to take node-02 out")
+        assert not done_file.exists(), "the job ended before the abort: the abort was not mid-batch"
+        aborted = lab.racklife("upgrade", "abort", run)
+        assert aborted.returncode == 0 and "sent" in aborted.stderr, aborted.stdout + aborted.stderr
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+    report = json.loads(out)
+    assert proc.returncode == 1 and report["phase"] == "aborted", out + err
+    assert report["batches"] == [["node-01"], ["node-02", "node-03"]] and report["pending"] == ["node-04"], report
+    assert upgrade_status(lab, run)["status"] == "SUCCESS"
+
+    # The truth, from the world and the store: every node fully old, fully new, or quarantined with a reason.
+    slurm = sinfo(lab)
+    verdicts: dict[str, str] = {}
+    for n in ABORTED:
+        rec = node(lab, n)
+        if rec["state"] == "quarantined":
+            why = json.loads(lab.racklife("node", "show", n, "--json").stdout)["why"]["reason"]
+            assert why, (n, rec)
+            verdicts[n] = "quarantined"
+        elif booted(lab, n) == ("minimal", "3"):
+            assert rec["state"] == "in_service" and accepted_since(lab, n, since), (n, rec)
+            assert slurm[n][0] in SERVING and slurm[n][1] == "training", (n, slurm[n])
+            verdicts[n] = "new"
+        else:
+            assert booted(lab, n) == old[n] and rec["state"] == "in_service", (n, rec)
+            assert len(history(lab, n)) == seen_before[n], (n, history(lab, n)[seen_before[n]:])
+            assert slurm[n][0] in SERVING and slurm[n][1] == "training", (n, slurm[n])
+            verdicts[n] = "old"
+    # The batch in flight finished its cycle; the node not started stayed as it was.
+    assert verdicts == {"node-01": "new", "node-02": "new", "node-03": "new", "node-04": "old"}, verdicts
+    # No job lost: it ran to its end before node-02 left (wait), and slurmdbd says so.
+    assert done_file.exists(), "the long job did not finish"
+    assert any(f"Slurm job {job}" in t for t in report["touched"]), report["touched"]
+    assert sacct_states(lab, job) == ["COMPLETED"], sacct_states(lab, job)
+    assert not subprocess.run(["squeue", "-h", "-j", job], env=lab.env, capture_output=True, text=True,
+                              timeout=15).stdout.strip()

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +40,16 @@ import pytest
 import yaml
 
 from lifecycle.lab.kube.run import KubeAdmin
-from lifecycle.store import Store
+from lifecycle.store import Store, leases
 from tests.e2e.conftest import EXE, RunningLab
 
 pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
+IMAGES: list[Path] = []  # the built images the lab was built from (a --reimage boots them again)
 
 
 @pytest.fixture(scope="module")
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
+    IMAGES[:] = [minimal_image]
     running = RunningLab(4)
     try:
         res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
@@ -146,12 +153,14 @@ def _a_swap_that_breaks_the_floor_is_refused_with_the_numbers(lab: RunningLab, t
 def _training_to_inference_waits_for_the_running_job(lab: RunningLab, tmp_path: Path) -> None:
     job = sbatch(lab, "-w", "node-03", "--wrap", "sleep 20")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
-    code, out = swap(lab, "node-03", "--to", "inference", "--policy", "wait", "--deadline", "2m")
-    assert code == 0, out
-    [o] = out
-    assert o["ok"] and o["state"] == "in_service" and o["pool"] == "inference", o
-    touched = {j["job_id"]: j for j in o["leave"]["report"]["jobs"]}
-    assert job in touched, o["leave"]
+    # Not --json: the progress on stderr (plain lines, no terminal) names the job the drain waits on.
+    res = lab.racklife("role-swap", "node-03", "--to", "inference", "--policy", "wait", "--deadline", "2m",
+                       timeout=900, env_extra={"COLUMNS": "200"})
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stdout + res.stderr
+    assert re.search(rf"^\d\d:\d\d:\d\d node-03 draining \([^)]*\): waiting on drain of job {job} \(root, wrap\) "
+                     r"\(deadline 120 s\) for ", res.stderr, re.MULTILINE), res.stderr
+    o = node(lab, "node-03")
+    assert o["state"] == "in_service" and o["pool"] == "inference", o
     assert job_state(lab, job)[0] == "GONE"  # it ran to its end on node-03
     k = kubectl(lab, tmp_path, "get", "node", "node-03")
     assert {c["type"]: c["status"] for c in k["status"]["conditions"]}["Ready"] == "True"
@@ -190,25 +199,166 @@ def store_state(lab: RunningLab, name: str) -> str:
         store.close()
 
 
-def _the_controller_killed_in_the_drain_wait_is_finished_exactly_once(lab: RunningLab) -> None:
-    job = sbatch(lab, "-w", "node-02", "--wrap", "sleep 25")
+# The lab's role-switch hook, wrapped: the first switch to Kubernetes returns at once and leaves the Node to
+# register only once GO exists, so the join waits for Ready (the node ``joining``) as long as the test needs.
+LATE_KUBELET = """import os, sys, time
+from pathlib import Path
+once, go = Path(sys.argv[1]), Path(sys.argv[2])
+cmd, role, node = sys.argv[3:-2], sys.argv[-2], sys.argv[-1]
+if role == "kubernetes" and once.exists():
+    once.unlink()
+    if os.fork() == 0:  # the kubelet comes up later, in its own session (a killed controller does not stop it)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        while not go.exists():
+            time.sleep(0.2)
+        os.execv(cmd[0], [*cmd, role, node])
+    sys.exit(0)
+os.execv(cmd[0], [*cmd, role, node])
+"""
+
+
+class NodeWatch:
+    """``kubectl get nodes -w`` for the whole scenario: what Kubernetes saw happen to one Node, event by event."""
+
+    def __init__(self, lab: RunningLab, tmp: Path, name: str) -> None:
+        binary = shutil.which("kubectl")
+        if binary is None:
+            pytest.fail("kubectl is not on PATH: this test needs the real client")
+        self.name = name
+        self.out = tmp / "watch.json"
+        self._file = self.out.open("w")
+        self.proc = subprocess.Popen([binary, "--kubeconfig", lab.env["KUBECONFIG"], "--cache-dir", str(tmp / "kc"),
+                                      "get", "nodes", "-w", "--output-watch-events", "-o", "json"],
+                                     stdout=self._file, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self._file.close()
+
+    def objects(self) -> list[dict[str, Any]]:
+        text, decoder, at = self.out.read_text(), json.JSONDecoder(), 0
+        out: list[dict[str, Any]] = []
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at >= len(text):
+                return out
+            event, at = decoder.raw_decode(text, at)
+            if event.get("object", {}).get("metadata", {}).get("name") == self.name:
+                out.append(event["object"])
+
+    def joins(self, pool: str) -> int:
+        """How many times the Node took ``pool``'s label (from no label or another pool's)."""
+        seen, count = None, 0
+        for o in self.objects():
+            label = o["metadata"].get("labels", {}).get("racklife.io/pool")
+            count += label == pool and seen != pool
+            seen = label
+        return count
+
+
+def drains(lab: RunningLab, name: str) -> list[str]:
+    """The racklife drains slurmctld applied to the node, with their reasons, read from its own log.
+
+    A drain is logged as the reason set, then the state set to DRAINING or DRAINED. The lab's power-off
+    of a drained node (a reimage) sets it DOWN keeping the drain's reason, as slurmctld does when a node
+    stops answering: that is no drain.
+    """
+    log = [line.split("] ", 1)[-1] for line in
+           (lab.dir / "slurm" / "log" / "slurmctld.log").read_text().splitlines()]
+    reason, state = f"update_node: node {name} reason set to: ", f"update_node: node {name} state set to "
+    return [line.removeprefix(reason) for line, after in pairwise(log)
+            if line.startswith(reason + "racklife:") and after.startswith(state + "DRAIN")]
+
+
+def holder(lab: RunningLab, name: str) -> str | None:
+    store = Store(f"sqlite:///{Path(lab.env['RACKLIFE_HOME']) / 'racklife.sqlite'}")
+    try:
+        lease = leases.holders(store, [name]).get(name)
+        return lease.run_id if lease else None
+    finally:
+        store.close()
+
+
+def _reached_or_ended(reached: Callable[[], bool], ctl: subprocess.Popen[bytes]) -> bool:
+    return reached() or ctl.poll() is not None
+
+
+def _the_controller_killed_in_every_phase_is_finished_exactly_once(lab: RunningLab, tmp: Path) -> None:
+    """One swap of node-02 to inference with --reimage, its controller SIGKILLed in each phase in turn.
+
+    Each kill point is read from the world, not guessed: the run holding the node's lease (the pre-checks
+    and the start of the leave), ``draining`` while a job runs under ``wait`` (the drain wait),
+    ``reprovisioning`` (the reimage), ``burning_in`` (the re-test, after the pool moved: a recovered run
+    must replay what it saw, not read the store), ``joining`` while the Node has not registered (the join).
+    Each time the next `racklife role-swap` finishes the cut-off run with the settings it started with; at
+    the end slurmctld applied one drain, Kubernetes saw the Node take the pool once, the lab switched its
+    role once, and the node is in service in inference with one role-swap row.
+    """
+    once, go = tmp / "late-kubelet-once", tmp / "late-kubelet-go"
+    hook = tmp / "late_kubelet.py"
+    hook.write_text(LATE_KUBELET)
+    once.write_text("once")
+    env = lab.env | {"RACKLIFE_NODE_ROLE_CMD": shlex.join([sys.executable, str(hook), str(once), str(go),
+                                                           *shlex.split(lab.env["RACKLIFE_NODE_ROLE_CMD"])])}
+    args = [EXE, "role-swap", "node-02", "--to", "inference", "--policy", "wait", "--reimage", "--image", "minimal",
+            "--images", str(IMAGES[0]), "--boot-timeout", "60", "--json"]
+    power_log = lab.dir / "slurm" / "log" / "power.log"
+    switches_before = power_log.read_text().count("role node-02: kubernetes") if power_log.exists() else 0
+    drains_before = len(drains(lab, "node-02"))
+    watch = NodeWatch(lab, tmp, "node-02")
+    job = sbatch(lab, "-w", "node-02", "--wrap", "sleep 30")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
-    with subprocess.Popen([EXE, "role-swap", "node-02", "--to", "inference", "--policy", "wait", "--json"],
-                          env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=True) as first:
-        wait_for(lambda: store_state(lab, "node-02") == "draining", 60, "the swap to drain node-02")
-        time.sleep(1)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
-    assert job_state(lab, job)[0] == "RUNNING"  # killed in the drain wait
-    run = next(h["run_id"] for h in reversed(history(lab, "node-02")) if h["event"] == "drain")
-    code, out = swap(lab, "node-02", "--to", "inference")  # finishes the cut-off run, with its settings
-    assert code == 0, out
-    assert out[0]["ok"] and out[0]["pool"] == "inference", out
+    kill_points: list[tuple[str, Callable[[], bool]]] = [
+        ("pre-check", lambda: holder(lab, "node-02") is not None),
+        ("drain wait", lambda: store_state(lab, "node-02") == "draining"),
+        ("reimage", lambda: store_state(lab, "node-02") == "reprovisioning"),
+        ("re-test", lambda: store_state(lab, "node-02") == "burning_in"),
+        ("join", lambda: store_state(lab, "node-02") == "joining"),
+    ]
+    killed: list[tuple[str, str]] = []
+    try:
+        for phase, reached in kill_points:
+            log = tmp / f"controller-{len(killed)}.log"
+            with log.open("wb") as err, subprocess.Popen(args, env=env, stdout=err, stderr=err,
+                                                         start_new_session=True) as ctl:
+                wait_for(partial(_reached_or_ended, reached, ctl), 300, f"the swap to reach its {phase}")
+                assert ctl.poll() is None, f"the swap ended before its {phase}: {log.read_text()}"
+                if phase == "drain wait":
+                    time.sleep(1)
+                os.killpg(ctl.pid, signal.SIGKILL)
+                ctl.wait(30)
+            killed.append((phase, store_state(lab, "node-02")))
+            if phase == "drain wait":
+                assert job_state(lab, job)[0] == "RUNNING", killed  # cut off while it waited for the job
+        go.touch()  # the Node registers now; the join the last controller was waiting in can finish
+        code, out = swap(lab, *args[2:-1])
+    finally:
+        go.touch()
+        watch.stop()
+    assert code == 0, (killed, out)
+    [o] = out
+    assert o["ok"] and o["pool"] == "inference" and o["state"] == "in_service", (killed, o)
+    assert list(o["phases"]) == ["drain_wait", "move", "reimage", "switch", "retest", "join"], o["phases"]
+    assert [p for p, _ in killed] == [p for p, _ in kill_points]
+    assert killed[2][1] == "reprovisioning" and killed[3][1] == "burning_in" and killed[4][1] == "joining", killed
+    # Counted from the world: one drain (slurmctld), one role switch (the lab's hook), one join (Kubernetes).
+    new_drains = drains(lab, "node-02")[drains_before:]
+    assert len(new_drains) == 1 and "role swap to inference" in new_drains[0], new_drains
+    assert power_log.read_text().count("role node-02: kubernetes") == switches_before + 1
+    assert watch.joins("inference") == 1, watch.objects()
+    run = new_drains[0].split(":")[1]
     events = [h["event"] for h in history(lab, "node-02") if h["run_id"] == run]
     assert events.count("drain") == 1 and events.count("join_done") == 1, events
     assert len([h for h in history(lab, "node-02") if h["event"] == "role-swap"]) == 1
     assert [h["event"] for h in history(lab, "node-02")].count("pool") == 1
+    k = admin(lab).request("GET", "/api/v1/nodes/node-02")
+    assert not k["spec"].get("unschedulable") and k["metadata"]["labels"]["racklife.io/pool"] == "inference"
+    assert job_state(lab, job)[0] == "GONE"  # the job ran to its end
 
 
 def _training_to_inference_requeues_the_job_which_completes_elsewhere(lab: RunningLab) -> None:
@@ -264,30 +414,7 @@ def _apply_of_a_changed_pool_is_a_role_swap(lab: RunningLab) -> None:
         assert res.returncode == 0 and report["converged"], report
 
 
-def _the_controller_killed_in_the_retest_is_finished_exactly_once(lab: RunningLab) -> None:
-    """Cut off after the pool moved (node burning_in): the recovered run replays what it saw, not the store.
-
-    The Slurm leave read the node's pool from the store: on replay it was already the target, the leave took
-    its "not a Slurm pool" branch and DBOS failed the run ("transition was recorded when release_leases was
-    expected"), leaving the node burning_in for an operator.
-    """
-    assert node(lab, "node-02")["pool"] == "training" and node(lab, "node-02")["state"] == "in_service"
-    with subprocess.Popen([EXE, "role-swap", "node-02", "--to", "inference", "--json"],
-                          env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=True) as first:
-        wait_for(lambda: store_state(lab, "node-02") == "burning_in", 120, "the swap's re-test of node-02")
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(30)
-    assert node(lab, "node-02")["pool"] == "inference"  # cut off after the move, in the re-test
-    run = next(h["run_id"] for h in reversed(history(lab, "node-02")) if h["event"] == "drain")
-    code, out = swap(lab, "node-02", "--to", "inference")  # finishes the cut-off run
-    assert code == 0, out
-    assert out[0]["ok"] and out[0]["pool"] == "inference" and out[0]["state"] == "in_service", out
-    events = [h["event"] for h in history(lab, "node-02") if h["run_id"] == run]
-    assert events.count("drain") == 1 and events.count("join_done") == 1, events
-
-
-SCENARIOS = [(_a_dry_run_prints_the_plan_and_changes_nothing, False), (_a_swap_that_breaks_the_floor_is_refused_with_the_numbers, True), (_training_to_inference_waits_for_the_running_job, True), (_inference_to_training_waits_for_a_budget_then_completes, False), (_the_controller_killed_in_the_drain_wait_is_finished_exactly_once, False), (_training_to_inference_requeues_the_job_which_completes_elsewhere, False), (_a_retest_failure_quarantines_and_does_not_join, False), (_apply_of_a_changed_pool_is_a_role_swap, False), (_the_controller_killed_in_the_retest_is_finished_exactly_once, False)]
+SCENARIOS = [(_a_dry_run_prints_the_plan_and_changes_nothing, False), (_a_swap_that_breaks_the_floor_is_refused_with_the_numbers, True), (_training_to_inference_waits_for_the_running_job, True), (_inference_to_training_waits_for_a_budget_then_completes, False), (_the_controller_killed_in_every_phase_is_finished_exactly_once, True), (_training_to_inference_requeues_the_job_which_completes_elsewhere, False), (_a_retest_failure_quarantines_and_does_not_join, False), (_apply_of_a_changed_pool_is_a_role_swap, False)]
 
 
 def test_role_swap_scenarios_in_order(lab: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> None:

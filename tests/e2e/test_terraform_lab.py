@@ -7,10 +7,17 @@ nodes (Slurm for node-01..03, Kubernetes for node-04) and a second plan says
 the apply carries out as a role swap. node-01 powered off by hand through its
 BMC emulator shows in the next plan as an update whose `steps` hold the
 power-on, which the apply performs. Raising the training pool's min_nodes
-makes a move out of it a refused update; an image change is planned (and,
-while racklife had no reimage workflow, refused before anything ran). Destroying node-02 is refused while a
-Slurm job runs on it (it stays in service and in the Terraform state), and
-with it idle it is decommissioned and leaves the state.
+makes a move out of it a refused update. Pinning node-01 to version 2 of
+its image (``image = "minimal:2"``, a second build published beside the
+first) is an in-place update that the apply carries out as the planner's
+reimage (racklife's drain, reprovisioned with version 2, re-tested, back in
+its partition); the next plan says "no changes". A firmware baseline on
+node-01 (``firmware``, ``firmware_files``) is an in-place update that the
+apply carries out as the planner's update-firmware (the iDRAC tree pulls the
+image, the version is read back, the node is in service again); then "no
+changes". Destroying node-02 is
+refused while a Slurm job runs on it (it stays in service and in the
+Terraform state), and with it idle it is decommissioned and leaves the state.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import pytest
 
 from lifecycle.drivers.bmc.base import PowerAction, PowerState
 from lifecycle.drivers.bmc.factory import driver_for
+from lifecycle.lab.redfish_emulator.update_service import make_image
 from lifecycle.model.inventory import load_inventory
 from lifecycle.planner.plan import NOT_YET, Action
-from tests.e2e.conftest import RunningLab
+from tests.e2e.conftest import RunningLab, firmware_version, publish_version
 from tests.terraform.tfhelp import Workdir, terraform_bin
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
@@ -63,9 +71,12 @@ def ok(done: subprocess.CompletedProcess[str], code: int = 0) -> str:
     return " ".join((done.stdout + done.stderr).split())
 
 
-def set_vars(w: Workdir, images: Path, pools: dict[str, str], min_nodes: int = 1, image: str = "minimal") -> None:
+def set_vars(w: Workdir, images: Path, pools: dict[str, str], min_nodes: int = 1,
+             node_images: dict[str, str] | None = None, firmware: dict[str, dict[str, str]] | None = None,
+             files: dict[str, str] | None = None) -> None:
     w.write("terraform.tfvars.json", json.dumps({"images": str(images), "node_pools": pools,
-                                                 "training_min_nodes": min_nodes, "image": image}))
+                                                 "training_min_nodes": min_nodes, "node_images": node_images or {},
+                                                 "node_firmware": firmware or {}, "firmware_files": files or {}}))
 
 
 def sinfo(lab: RunningLab, name: str) -> str:
@@ -126,19 +137,43 @@ def test_terraform_builds_changes_and_refuses_on_the_lab(lab: RunningLab, minima
     assert (nodes(lab)["node-02"]["state"], nodes(lab)["node-02"]["pool"]) == ("in_service", "training")
     assert sinfo(lab, "node-02") == "idle"  # not drained
 
-    # An image change is a reimage; while racklife has no reimage workflow it is refused before anything
-    # runs (a leave with no reimage after it would leave the nodes out of service).
-    set_vars(w, minimal_image, moved, image="debian12-gpu")
-    plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
-    assert 'image = "minimal" -> "debian12-gpu"' in plan, plan
-    if Action.REIMAGE in NOT_YET:
-        text = ok(w.tf("apply", "-auto-approve", "-no-color"), 1)
-        assert "racklife cannot carry out this yet, so nothing was done to node-01: reimage" in text, text
-        assert all(n["state"] == "in_service" for n in nodes(lab).values())
-        assert sinfo(lab, "node-01") == "idle"
     set_vars(w, minimal_image, moved)
     ok(w.tf("apply", "-auto-approve", "-no-color"))  # the floor back to 1; nothing else to do
     ok(w.tf("plan", "-detailed-exitcode", "-no-color"))
+
+    # The image's version per node: node-01 pinned to minimal:2 is an in-place update; the apply reimages it.
+    images = publish_version(minimal_image, tmp_path / "images", "2")
+    pinned = {"node-01": "minimal:2"}
+    set_vars(w, images, moved, node_images=pinned)
+    plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
+    assert 'racklife_node.node["node-01"] will be updated in-place' in plan, plan
+    assert 'image = "minimal" -> "minimal:2"' in plan and "0 to add, 1 to change, 0 to destroy" in plan, plan
+    ok(w.tf("apply", "-auto-approve", "-no-color"))
+    row = nodes(lab)["node-01"]
+    assert (row["state"], row["pool"]) == ("in_service", "training"), row
+    assert sinfo(lab, "node-01") == "idle"
+    out = json.loads(w.tf("output", "-json", "nodes").stdout)
+    assert (out["node-01"]["image"], out["node-01"]["version"]) == ("minimal", "2"), out["node-01"]
+    assert out["node-02"]["version"] == "1", out["node-02"]  # the others keep theirs
+    events = [h["event"] for h in json.loads(lab.racklife("node", "history", "node-01", "--json").stdout)]
+    at = events.index("reprovision")  # the planner's reimage: one run that leaves, reprovisions, re-tests, rejoins
+    assert events[at - 2:at + 6] == ["drain", "drain_done", "reprovision", "reprovision_done", "burn_in", "accept",
+                                     "join", "join_done"], events
+    assert "No changes" in ok(w.tf("plan", "-detailed-exitcode", "-no-color"))
+
+    # A firmware baseline on node-01 (iDRAC tree): an in-place update; the apply is the planner's update-firmware.
+    image = make_image(tmp_path / "fw-5.tar", "BMC", "5.0.0")
+    assert firmware_version(lab, "node-01", "BMC") != "5.0.0"
+    set_vars(w, images, moved, node_images=pinned, firmware={"node-01": {"BMC": "5.0.0"}}, files={"BMC": str(image)})
+    plan = ok(w.tf("plan", "-detailed-exitcode", "-no-color"), 2)
+    assert 'racklife_node.node["node-01"] will be updated in-place' in plan, plan
+    assert '+ firmware = { + "BMC" = "5.0.0" }' in plan and "0 to add, 1 to change, 0 to destroy" in plan, plan
+    ok(w.tf("apply", "-auto-approve", "-no-color"))
+    assert firmware_version(lab, "node-01", "BMC") == "5.0.0"
+    assert nodes(lab)["node-01"]["state"] == "in_service" and sinfo(lab, "node-01") == "idle"
+    history = lab.racklife("node", "history", "node-01", "--json").stdout
+    assert "firmware" in history and "5.0.0" in history, history
+    assert "No changes" in ok(w.tf("plan", "-detailed-exitcode", "-no-color"))
 
     # Destroy: refused while a Slurm job runs on the node; nothing is done and the state keeps it.
     job = subprocess.run(["sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "-p", "training", "-w",

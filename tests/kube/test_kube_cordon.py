@@ -15,6 +15,9 @@ def test_reads_a_node(cluster: Any) -> None:
     node = driver.node("gpu-01")
     assert (node.ready, node.unschedulable, node.gpus, node.pool) == (True, False, 4, "inference")
     assert node.owner.kind == "none"
+    assert len(node.boot_id) == 36  # status.nodeInfo.bootID: what a power cycle waits to see change
+    scene.node("gpu-02")
+    assert driver.node("gpu-02").boot_id not in ("", node.boot_id)
 
 
 def test_cordon_marks_the_node_as_ours_and_uncordon_lifts_everything(cluster: Any) -> None:

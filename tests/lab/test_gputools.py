@@ -6,14 +6,16 @@ real nodes' output), never on string equality.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import time
 from collections.abc import Callable
 
 import pytest
 
 from burnin.parsers import ParseError, dcgm, infiniband, nccl, nvidia_smi, xid
-from lifecycle.lab.faults import Fault
+from lifecycle.lab.faults import Fault, clear_faults
 from lifecycle.lab.gputools.cli import run
 from lifecycle.lab.gputools.state import BUSES
 from lifecycle.lab.node import SimNode
@@ -224,3 +226,70 @@ def test_tools_run_as_programs_from_the_node_bin(make_node: MakeNode) -> None:
     proc = subprocess.run([str(bin_dir / "nvidia-smi"), "--query-gpu=nonsense", "--format=csv"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "not a valid field" in proc.stdout
+
+
+def test_gpu_reset_clears_what_a_reset_clears_and_takes_its_time(make_node: MakeNode) -> None:
+    node = make_node(fault=Fault("ecc", HIT))
+    waited: list[float] = []
+    (node.dir.parent / "tool-time.json").write_text('{"scale": 0.5}')
+    text, rc = run("nvidia-smi", ["-r", "-i", str(HIT)], node.dir, env={}, sleep=waited.append)
+    assert rc == 0 and text == f"GPU 00000000:{BUSES[HIT]:02X}:00.0 was successfully reset.\n"
+    assert waited == [10.0]  # half of the 20 s an 8-GPU reset is taken to last
+    q = nvidia_smi.parse(tool(node, "nvidia-smi", "-q")[0])
+    assert q.gpus[HIT].remapped_rows_failure is False
+    # A reset of another GPU leaves a fault on this one where it is.
+    node.inject(Fault("ecc", HIT))
+    assert tool(node, "nvidia-smi", "--gpu-reset", "-i", "0")[1] == 0
+    assert {e.xid for e in xid.parse(tool(node, "dmesg")[0]).events} == {48, 64}
+
+
+def test_a_gpu_reset_clears_the_fault_but_not_the_kernel_log(make_node: MakeNode) -> None:
+    """A real kernel log keeps the Xid lines after `nvidia-smi -r`, at their time; only a boot clears them."""
+    node = make_node(fault=Fault("ecc", HIT))
+    before = [(e.xid, e.timestamp) for e in xid.parse(tool(node, "dmesg", "--time-format", "iso")[0]).events]
+    assert [x for x, _ in before] == [48, 64]
+    assert tool(node, "nvidia-smi", "-r")[1] == 0
+    assert nvidia_smi.parse(tool(node, "nvidia-smi", "-q")[0]).gpus[HIT].remapped_rows_failure is False
+    after = [(e.xid, e.timestamp) for e in xid.parse(tool(node, "dmesg", "--time-format", "iso")[0]).events]
+    assert after == before  # the same lines, the same times: the reset did not rewrite history
+    node.inject(Fault("ecc", HIT))  # the fault again, later: both its lines and the old ones are in the log
+    assert tool(node, "nvidia-smi", "-r")[1] == 0
+    assert sorted(e.xid for e in xid.parse(tool(node, "dmesg")[0]).events) == [48, 48, 64, 64]
+    clear_faults(node.dir, "reboot")
+    assert xid.parse(tool(node, "dmesg")[0]).events == []
+
+
+def test_gpu_reset_fails_on_a_lost_gpu_and_while_the_gpus_are_in_use(make_node: MakeNode) -> None:
+    lost = make_node(fault=Fault("xid79", HIT))
+    text, rc = tool(lost, "nvidia-smi", "-r")
+    assert rc == 15 and "GPU is lost" in text
+    assert [e.xid for e in xid.parse(tool(lost, "dmesg")[0]).events] == [79]  # only a reboot brings it back
+    held = make_node(fault=Fault("gpu-held", HIT))
+    text, rc = tool(held, "nvidia-smi", "-r")
+    assert rc == 255 and f"GPU 00000000:{BUSES[HIT]:02X}:00.0 is currently in use by another process" in text
+    assert tool(held, "nvidia-smi", "-r", "-i", "0")[1] == 0  # the held GPU is not among those reset
+    busy = make_node()
+    proc = subprocess.Popen([str(busy.dir / "bin" / "dcgmi"), "diag", "-r", "1"],  # 6 s at this scale
+                            env={**os.environ, "RACKLIFE_LAB_TOOL_TIME_SCALE": "0.2"}, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not list((busy.dir / "gpu-users").glob("*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text, rc = tool(busy, "nvidia-smi", "-r")
+        assert rc == 255 and "in use by another process" in text
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tool(busy, "nvidia-smi", "-r")[1] == 0  # the user is gone: its stale mark does not hold the GPUs
+    text, rc = tool(busy, "nvidia-smi", "-r", "-q")
+    assert rc == 2 and "Invalid combination" in text
+
+
+def test_a_power_cycle_clears_a_lost_gpu_not_a_hardware_fault(make_node: MakeNode) -> None:
+    from lifecycle.lab.faults import clear_faults, read_fault
+
+    lost = make_node(fault=Fault("xid79", HIT))
+    assert clear_faults(lost.dir, "reboot") == Fault("healthy")
+    assert tool(lost, "nvidia-smi")[1] == 0
+    slow = make_node(fault=Fault("slow-nvlink", 0))
+    assert clear_faults(slow.dir, "reboot") == Fault("slow-nvlink", 0) == read_fault(slow.dir)

@@ -110,6 +110,9 @@ CASES = [
     ("floor-string", "    partition: train\n", "    partition: train\n    min_nodes: '1'\n", ("min_nodes: '1'", 0), "pools.training.min_nodes", "valid integer"),
     ("unknown-pool-image", "    partition: train\n", "    partition: train\n    image: golden\n", ("image: golden", 0), "pools.training.image", "unknown image 'golden'"),
     ("bad-retest-level", "    partition: train\n", "    partition: train\n    retest_level: soak\n", ("retest_level: soak", 0), "pools.training.retest_level", "'quick', 'standard' or 'full'"),
+    ("firmware-relative-file", "    mgmt_ip: 10.1.0.1\n", "    mgmt_ip: 10.1.0.1\n    firmware:\n      - {component: BMC, version: 5.0.0, file: fw/bmc.tar}\n", ("file: fw/bmc.tar", 0), "nodes[0](n01).firmware[0].file", "absolute path"),
+    ("firmware-twice", "    mgmt_ip: 10.1.0.1\n", "    mgmt_ip: 10.1.0.1\n    firmware:\n      - {component: BMC, version: 5.0.0, file: /fw/a.tar}\n      - {component: bmc, version: 5.0.1, file: /fw/b.tar}\n", ("firmware:", 0), "nodes[0](n01).firmware", "listed twice"),
+    ("firmware-no-version", "    mgmt_ip: 10.1.0.1\n", "    mgmt_ip: 10.1.0.1\n    firmware:\n      - {component: BMC, file: /fw/a.tar}\n", ("component: BMC", 0), "nodes[0](n01).firmware[0].version", "Field required"),
     ("bad-bmc-address", "address: 127.0.0.1:6230", "address: 'host;id:6230'", ("host;id", 0), "nodes[1](n02).bmc.address", "not a host name"),
 ]
 
@@ -158,3 +161,11 @@ def test_garbage_is_a_clear_error(text: str) -> None:
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="cannot read"):
         load_inventory(tmp_path / "nope.yaml")
+
+
+def test_a_firmware_baseline_loads() -> None:
+    text = BASE.replace("    mgmt_ip: 10.1.0.1\n", "    mgmt_ip: 10.1.0.1\n    firmware:\n"
+                        "      - {component: BMC, version: 5.0.0, file: /srv/firmware/bmc-5.0.0.tar}\n", 1)
+    [fw] = parse_inventory(text, "fw.yaml").node("n01").firmware
+    assert (fw.component, fw.version, fw.file) == ("BMC", "5.0.0", "/srv/firmware/bmc-5.0.0.tar")
+    assert parse_inventory(BASE, "base.yaml").node("n01").firmware == []

@@ -88,3 +88,30 @@ def test_decommissioned_nodes_are_not_counted_as_unavailable(tmp_path: Path, rep
         assert chosen == [members[1]] and skipped == {}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("action", ["update-driver", "set-bios"])
+def test_a_driver_or_bios_wave_takes_no_more_than_max_unavailable(tmp_path: Path, repo_dir: Path,
+                                                                  action: str) -> None:
+    """Each is a node cycle (leave, change, re-test, rejoin): it takes a serving node out, like a firmware update."""
+    import sqlalchemy as sa
+
+    from lifecycle.model.inventory import load_inventory
+    from lifecycle.model.states import State
+    from lifecycle.planner.apply import ApplySettings, _within_limits
+    from lifecycle.planner.plan import Action
+    from lifecycle.store import Store, db
+
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    try:
+        inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+        store.import_inventory(inv)
+        members = sorted(r.name for r in store.nodes(pool="training"))
+        with store.engine.begin() as conn:
+            conn.execute(sa.update(db.nodes).where(db.nodes.c.name.in_(members)).values(state=State.IN_SERVICE.value))
+        skipped: dict[str, str] = {}
+        chosen = _within_limits(store, Action(action), members[:3], ApplySettings("t"), skipped)
+        assert chosen == members[:1] and sorted(skipped) == members[1:3]
+        assert "max unavailable 1" in skipped[members[1]]
+    finally:
+        store.close()

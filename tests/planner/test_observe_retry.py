@@ -36,7 +36,7 @@ def _observe(store: Store, inv: Inventory, lab: Lab, password: str | None = None
     store.import_inventory(inv)
     rec = store.get(inv.nodes[0].name)
 
-    def bmc(_spec: BmcSpec) -> BmcDriver:
+    def bmc(_node: str, _spec: BmcSpec) -> BmcDriver:
         return lab.driver() if password is None else lab.driver(password=password)
 
     def unused() -> observe.SlurmReader:

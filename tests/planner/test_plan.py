@@ -121,3 +121,53 @@ def test_moves_out_of_a_pool_beyond_its_floor_are_blocked_with_the_numbers(desir
             "min_nodes is 3, so 1 may move now")
     # Without a floor to keep, every move is planned.
     assert all(actions(p) == [Action.MOVE_POOL] for p in plan(seen, wants).nodes)
+
+
+def _baseline(d: Desired, driver: str = "redfish", **versions: str) -> Desired:
+    from lifecycle.model.inventory import FirmwareBaseline
+
+    bmc = d.node.bmc.model_copy(update={"driver": driver})
+    fw = [FirmwareBaseline(component=c, version=v, file=f"/srv/fw/{c}-{v}.tar") for c, v in versions.items()]
+    return replace(d, node=d.node.model_copy(update={"firmware": fw, "bmc": bmc}))
+
+
+def test_a_component_off_its_baseline_plans_one_firmware_run(desired: Desired) -> None:  # noqa: F811
+    d = _baseline(desired, BIOS="2.0")
+    p = plan_node(healthy(desired), d)  # the BMC reports BIOS 1.0
+    assert actions(p) == [Action.UPDATE_FIRMWARE] and not p.blockers
+    [s] = p.steps
+    assert s.implemented and "not yet implemented" not in s.describe()
+    assert [(f.component, f.current, f.version, f.file) for f in s.firmware] == [
+        ("BIOS", "1.0", "2.0", "/srv/fw/BIOS-2.0.tar")]
+    assert "BIOS 1.0 -> 2.0 from /srv/fw/BIOS-2.0.tar" in s.detail and "re-test at quick" in s.detail
+    assert "BIOS is 1.0, the baseline says 2.0" in s.reason
+    # At its baseline: nothing to do.
+    assert plan_node(healthy(desired), _baseline(desired, BIOS="1.0")).steps == []
+
+
+def test_a_firmware_update_waits_like_a_reimage_for_jobs_under_wait(desired: Desired) -> None:  # noqa: F811
+    d = _baseline(replace(desired, pool=desired.pool.model_copy(update={"leave_policy": "wait"})), BIOS="2.0")
+    o = replace(healthy(d), slurm=replace(healthy(d).slurm, jobs=("42",)))  # type: ignore[type-var]
+    p = plan_node(o, d)
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["jobs-under-wait"]
+
+
+def test_a_baseline_on_an_ipmi_bmc_is_a_blocker_with_the_reason(desired: Desired) -> None:  # noqa: F811
+    p = plan_node(healthy(desired), _baseline(desired, "ipmi", BIOS="2.0"))
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["no-firmware-interface"]
+    assert "firmware interface" in p.blockers[0].message and "ipmi driver" in p.blockers[0].message
+
+
+def test_a_baseline_component_the_bmc_does_not_report_is_a_blocker(desired: Desired) -> None:  # noqa: F811
+    p = plan_node(healthy(desired), _baseline(desired, BMC="5.0", BIOS="2.0"))
+    assert p.steps == [] and [b.kind for b in p.blockers] == ["firmware-unknown"]
+    assert "no one firmware component for BMC" in p.blockers[0].message and "reports: BIOS" in p.blockers[0].message
+
+
+def test_a_baseline_component_is_found_by_its_id_and_never_by_a_repeated_name(desired: Desired) -> None:  # noqa: F811
+    seen = replace(healthy(desired), bmc=BmcSeen("on", {"BMC firmware": "3.0"}, (("BMC firmware", "BMC", "3.0"),)))
+    [s] = plan_node(seen, _baseline(desired, BMC="5.0")).steps
+    assert [(f.component, f.current) for f in s.firmware] == [("BMC", "3.0")]
+    twice = replace(seen, bmc=BmcSeen("on", {"fw": "2"}, (("fw", "a1", "1"), ("fw", "b2", "2"))))
+    assert [b.kind for b in plan_node(twice, _baseline(desired, fw="2")).blockers] == ["firmware-unknown"]
+    assert actions(plan_node(twice, _baseline(desired, b2="3"))) == [Action.UPDATE_FIRMWARE]

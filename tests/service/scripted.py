@@ -149,5 +149,10 @@ EXPECTED: dict[tuple[str, frozenset[tuple[str, str]]], float] = {
          7200),
         ("racklife_acceptance_last_pass_age_seconds", {"node": "r01-n04", "pool": "training", "sku": "h100-sxm-8"},
          3 * 86400),
+        # 12 training nodes at the default max_repair_percent 10: one repair at a time, none under way.
+        ("racklife_repair_breaker_open", {"pool": "training"}, 0),
+        ("racklife_repair_breaker_repairs", {"pool": "training"}, 0),
+        ("racklife_repair_breaker_limit", {"pool": "training"}, 1),
+        ("racklife_repair_breaker_limit", {"pool": "inference"}, 1),
     ]
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -13,6 +14,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from lifecycle.drivers.slurm.queue import PendingJob, parse_pending
 from lifecycle.service import metrics
 from lifecycle.service.fleet import TRANSITIONAL
 from tests.service import scripted
@@ -28,16 +30,27 @@ def promtool() -> str:
     return path
 
 
+class CapturedQueue:
+    """Slurm's queue as the lab's real squeue printed it (tests/fixtures/slurm), in the scripted store's partition."""
+
+    def __init__(self, repo_dir: Path) -> None:
+        text = (repo_dir / "tests" / "fixtures" / "slurm" / "lab_squeue-pending-22.05.8.txt").read_text()
+        self.jobs = [dataclasses.replace(j, partitions=("train",)) for j in parse_pending(text)]
+
+    def pending(self) -> list[PendingJob]:
+        return self.jobs
+
+
 @pytest.fixture(scope="module")
 def exported(repo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """Every sample name a scrape of racklife can carry, from the families the collector yields."""
     store = scripted.build(repo_dir, f"sqlite:///{tmp_path_factory.mktemp('alerts') / 'rl.sqlite'}")
     try:
-        text = metrics.render(store)
+        text = metrics.render(store, queue=CapturedQueue(repo_dir))
     finally:
         store.close()
     names = {fam.name + suffix for fam in text_string_to_metric_families(text) for suffix in SUFFIXES[fam.type]}
-    assert len(names) >= len(metrics.METRICS)
+    assert len(names) >= len(metrics.ALL_METRICS)
     return names
 
 
@@ -86,7 +99,7 @@ def test_rules_and_dashboard_query_only_exported_metrics(rules: list[dict[str, A
     assert used <= exported, sorted(used - exported)
     # every metric we export is on the dashboard
     shown = {n.removesuffix("_total").removesuffix("_bucket") for n in used}
-    assert set(metrics.METRICS) <= shown, sorted(set(metrics.METRICS) - shown)
+    assert set(metrics.ALL_METRICS) <= shown, sorted(set(metrics.ALL_METRICS) - shown)
 
 
 def test_the_stuck_alert_and_panel_name_every_transitional_state(rules: list[dict[str, Any]],

@@ -57,6 +57,23 @@ def test_a_transition_is_one_line_with_the_time_in_its_source_state(tmp_path: Pa
     assert str(docs[0]["time"]).endswith("+00:00")
 
 
+def test_an_imported_node_announces_its_enrolment_once(tmp_path: Path, repo_dir: Path,
+                                                      captured: io.StringIO) -> None:
+    from lifecycle.model.inventory import load_inventory
+
+    inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    try:
+        store.import_inventory(inv)
+        store.import_inventory(inv)  # nothing new: no second line
+    finally:
+        store.close()
+    docs = lines(captured.getvalue())
+    assert sorted(d["node"] for d in docs) == sorted(n.name for n in inv.nodes)  # type: ignore[type-var]
+    assert {(d["kind"], d["step"], d["outcome"], d["source"], d["run_id"], d["duration_s"]) for d in docs} == {
+        ("transition", "enroll", "enrolled", None, None, None)}
+
+
 def test_a_plain_log_record_gets_the_keys_too_and_is_redacted() -> None:
     fmt = events.JsonFormatter()
     rec = logging.LogRecord("racklife.events", logging.INFO, __file__, 1, "login with password=%s", ("s3cr3t-pw",),

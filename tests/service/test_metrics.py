@@ -91,6 +91,45 @@ def test_scrape_reads_the_store_each_time(store: Store) -> None:
     assert (before[key], after[key]) == (1, 2)
 
 
+def test_the_repair_breaker_opens_with_a_repair_under_way(store: Store) -> None:
+    """The breaker's own count (lifecycle/store/repair_breaker.py), read at the scrape: a lease opens it."""
+    from lifecycle.store import repair_breaker
+
+    server = metrics.serve(store, "127.0.0.1", 0, clock=lambda: scripted.NOW)
+
+    def breaker() -> tuple[float, float, float]:
+        samples, _ = parse(scrape(f"http://127.0.0.1:{server.port}/metrics"))
+        return tuple(samples[(f"racklife_repair_breaker_{k}", frozenset({("pool", "training")}))]
+                     for k in ("open", "repairs", "limit"))  # type: ignore[return-value]
+
+    try:
+        assert breaker() == (0, 0, 1)
+        took = repair_breaker.take(store, "r01-n01", "run-repair-1", automatic=False)
+        assert took.ok
+        assert breaker() == (1, 1, 1)
+        assert not repair_breaker.take(store, "r01-n04", "run-repair-2", automatic=True).ok  # what "open" means
+        with store.engine.begin() as conn:
+            conn.execute(scripted.sa.delete(scripted.dbm.leases).where(scripted.dbm.leases.c.run_id == "run-repair-1"))
+        assert breaker() == (0, 0, 1)
+    finally:
+        server.close()
+
+
+def test_xid_events_are_counted_by_pool_and_what_became_of_them(store: Store) -> None:
+    from lifecycle.store import health
+
+    made = health.record(store, [
+        health.SeenXid("r01-n01", 79, "0000:17:00", f"[{i}.0]", f"NVRM: Xid (PCI:0000:17:00): 79, line {i}",
+                       "gpu_fallen_off", "reboot") for i in range(3)])
+    health.set_outcome(store, made[0].id, health.Outcome.STARTED.value, "repair run", run_id="run-repair")
+    health.set_outcome(store, made[1].id, health.Outcome.COVERED.value, "rides along")
+    samples, _ = parse(metrics.render(store, clock=lambda: scripted.NOW))
+    got = {dict(labels)["outcome"]: v for (name, labels), v in samples.items()
+           if name == "racklife_health_events" and ("pool", "training") in labels}
+    assert got == {o.value: {"started": 1, "covered": 1, "pending": 1}.get(o.value, 0) for o in health.Outcome}
+    assert samples[("racklife_health_events", frozenset({"pool": "inference", "outcome": "pending"}.items()))] == 0
+
+
 def test_an_unreadable_store_fails_the_scrape(tmp_path: Path, store: Store) -> None:
     with store.engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE racklife_observations")

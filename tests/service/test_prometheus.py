@@ -11,6 +11,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,11 @@ def stack(repo_dir: Path, tmp_path: Path, free_port: Any) -> Iterator[tuple[str,
     if prometheus is None:
         pytest.fail("prometheus not found: apt-get install prometheus (scripts/bootstrap.sh installs it)")
     url = f"sqlite:///{tmp_path / 'rl.sqlite'}"
-    scripted.build(repo_dir, url).close()
+    store = scripted.build(repo_dir, url)
+    # `racklife metrics serve` runs on the real clock, not the script's NOW: provisioning for 3 h from now, so
+    # the stuck-node alert (6 h) stays inactive whatever the time of day the test runs at.
+    scripted._since(store, "r01-n03", datetime.now(UTC) - timedelta(hours=3))
+    store.close()
     metrics_port, prom_port = free_port(), free_port()
     env = os.environ | {"RACKLIFE_DB": url}
     serve = subprocess.Popen([*RACKLIFE, "metrics", "serve", "--port", str(metrics_port)], env=env,
@@ -140,6 +145,8 @@ def test_the_dashboard_queries_and_the_rules_run_on_real_prometheus(stack: tuple
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.5)
-    assert len(rules) == 6
+    assert len(rules) == 8
+    assert rules["RacklifeBmcCallErrors"]["state"] == "inactive"  # the scripted store has no failed BMC call
+    assert rules["RacklifeRepairBreakerOpen"]["state"] == "inactive"  # no repair under way in the scripted store
     assert rules["RacklifeMetricsDown"]["state"] == "inactive"
     assert rules["RacklifeNodeStuckTransitional"]["state"] == "inactive"  # provisioning for minutes, not hours

@@ -231,3 +231,77 @@ def test_provisioning_is_not_handed_off_without_a_boot_server_that_outlives_the_
     assert "no boot server answers at 127.0.0.1:" in res.stderr and "racklife boot serve" in res.stderr, res.stderr
     runs = subprocess.run([EXE, "workflows", "list", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert runs.returncode == 0 and json.loads(runs.stdout) == [], runs.stdout  # nothing was handed off
+
+
+def test_no_wait_hands_the_run_to_the_service_and_watch_follows_it(tmp_path: Path) -> None:
+    """`--no-wait`: the run id on stdout, exit 0 at once; `workflows show RUN --watch` follows it to its end.
+
+    Without a live service, `--no-wait` is refused (5) with nothing started: embedded, the run would
+    stop with the command that returned.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACKLIFE_")} | {"RACKLIFE_HOME": str(tmp_path)}
+    (tmp_path / "inv.yaml").write_text(INVENTORY)
+    assert subprocess.run([EXE, "inventory", "import", str(tmp_path / "inv.yaml")], env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    alone = subprocess.run([EXE, "slurm", "join", "r01-n01", "--no-wait"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert alone.returncode == 5 and "--no-wait needs a live `racklife serve`" in alone.stderr, alone.stderr
+    for cmd in (["build", str(tmp_path / "inv.yaml")], ["kube", "join", "r01-n01", "--kubeconfig", str(tmp_path)]):
+        refused = subprocess.run([EXE, *cmd, "--no-wait"], env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode in (2, 5), refused.stderr  # kube join: the kubeconfig is checked first (2)
+        assert "Traceback" not in refused.stderr, refused.stderr
+    kube_cfg = tmp_path / "kubeconfig"
+    kube_cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    refused = subprocess.run([EXE, "kube", "join", "r01-n01", "--kubeconfig", str(kube_cfg), "--no-wait"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 5 and "--no-wait needs a live" in refused.stderr, refused.stderr
+    refused = subprocess.run([EXE, "build", str(tmp_path / "inv.yaml"), "--no-wait"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 5 and "--no-wait needs a live" in refused.stderr, refused.stderr
+    runs = subprocess.run([EXE, "workflows", "list", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(runs.stdout) == [], runs.stdout  # nothing started
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([EXE, "serve", "--refresh-interval", "0"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            store = Store(url)
+            try:
+                if live_services(store):
+                    break
+            finally:
+                store.close()
+            time.sleep(0.3)
+        handed = subprocess.run([EXE, "slurm", "join", "r01-n01", "--no-wait"], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert handed.returncode == 0, handed.stdout + handed.stderr
+        [run_id] = handed.stdout.split()  # the run id alone: `$(racklife … --no-wait)` is usable
+        assert f"racklife workflows show {run_id} --watch" in handed.stderr
+        watched = subprocess.run([EXE, "workflows", "show", run_id, "--watch", "0.2", "--json"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        doc = json.loads(watched.stdout)
+        assert doc["status"] == "SUCCESS" and doc["executor"].split("/")[1] == "serve", doc  # ran in the service
+        as_json = subprocess.run([EXE, "slurm", "join", "r01-n01", "--no-wait", "--json"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        handed_doc = json.loads(as_json.stdout)
+        assert handed_doc["waited"] is False and len(handed_doc["runs"]) == 1 and handed_doc["service"], handed_doc
+        built = subprocess.run([EXE, "build", str(tmp_path / "inv.yaml"), "--no-wait", "--json"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        # The BMC is unreadable, so apply has nothing to hand over: it says the fleet is blocked (1) at
+        # once, and build, passing --no-wait on, returns its document without waiting or counting states.
+        assert "--no-wait --json" in built.stderr.replace("\n", " "), built.stderr
+        built_doc = json.loads(built.stdout)
+        assert built.returncode == 1 and built_doc["exit_code"] == 1, built.stdout + built.stderr
+        assert built_doc["apply"]["converged"] is False and built_doc["states"] is None, built_doc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.drivers.slurm.driver import SlurmDriver
@@ -31,7 +32,8 @@ from lifecycle.lab.kube import KubeStandIn
 from lifecycle.lab.slurm import LabSlurm, LabSlurmConfig
 from lifecycle.model.inventory import Inventory
 from lifecycle.model.states import Actor, State
-from lifecycle.store import AcceptanceRecord, Store
+from lifecycle.service import cycles
+from lifecycle.store import AcceptanceRecord, Store, db, leases
 
 pytestmark = pytest.mark.xdist_group("slurm-elastic")
 
@@ -76,6 +78,18 @@ class Elastic:
             return [(t.event, t.run_id) for t in store.history(node)]
         finally:
             store.close()
+
+    def trip(self, node: str, kind: str) -> tuple[str, dict[str, float]]:
+        """The node cycle's history row of the node's last lend or reclaim: (verdict, seconds per phase)."""
+        store = Store(self.db)
+        try:
+            rows = [c for c in store.changes(node) if c.kind == kind]
+        finally:
+            store.close()
+        assert rows, f"no {kind} row in {node}'s history"
+        parsed = cycles.parse(rows[-1].reason)
+        assert parsed is not None, rows[-1].reason
+        return parsed
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], env=self.lab.env(), capture_output=True, text=True,
@@ -184,6 +198,9 @@ def test_lend_then_a_job_reclaims_the_node_and_runs(elastic: Elastic) -> None:
     s = elastic.slurm().node(node)
     assert s.state.powered_down and not s.state.drain, s.state
     assert f'"workflow_id": "{lend_run}"' in elastic.log() and lend_run.startswith(f"lend-{node}-")
+    # The lend ran the node cycle every serving node's change runs (the role swap's): its phases, in its row.
+    verdict, phases = elastic.trip(node, "lend")
+    assert verdict == "done" and list(phases) == ["drain_wait", "switch", "join"], phases
 
     job = elastic.sbatch(node)
     wait_for(lambda: elastic.slurm().job(job).state == "COMPLETED", 150, f"job {job} on the reclaimed node",
@@ -197,6 +214,8 @@ def test_lend_then_a_job_reclaims_the_node_and_runs(elastic: Elastic) -> None:
     assert reclaim_run and reclaim_run.startswith(f"reclaim-{node}-") and events[-2][1] == reclaim_run
     s = elastic.slurm().node(node)
     assert not s.state.powered_down and not s.state.drain and s.state.base in ("idle", "completing"), s.state
+    verdict, phases = elastic.trip(node, "reclaim")
+    assert verdict == "done" and list(phases) == ["drain_wait", "switch", "join"], phases
     # Kubernetes keeps the Node, cordoned by the reclaim run, its kubelet stopped.
     kube = elastic.kube_driver()
     try:
@@ -205,6 +224,52 @@ def test_lend_then_a_job_reclaims_the_node_and_runs(elastic: Elastic) -> None:
         assert k.owner.kind == "racklife" and k.owner.run_id == reclaim_run
     finally:
         kube.close()
+
+
+def _set_floor(elastic: Elastic, pool: str, min_nodes: int) -> None:
+    """The pool's ``min_nodes`` in the store (what importing an inventory with that floor writes)."""
+    store = Store(elastic.db)
+    try:
+        spec = store.pool(pool).model_copy(update={"min_nodes": min_nodes}).model_dump_json()
+        with store.engine.begin() as conn:
+            conn.execute(sa.update(db.pools).where(db.pools.c.name == pool).values(spec=spec))
+    finally:
+        store.close()
+
+
+def test_a_lend_refused_by_the_pool_floor_leaves_the_node_in_slurm(elastic: Elastic) -> None:
+    """The flex pool's floor is every node in service: Slurm suspends one, racklife refuses with the numbers."""
+    node = LENT_A
+    assert elastic.state(node) == State.IN_SERVICE
+    store = Store(elastic.db)
+    try:
+        serving = [r.name for r in store.nodes() if r.pool == "flex" and r.state is State.IN_SERVICE]
+    finally:
+        store.close()
+    before = elastic.events(node)
+    _set_floor(elastic, "flex", len(serving))
+    try:
+        elastic.scontrol("update", f"nodename={node}", "state=power_down")
+        line = f'"node": "{node}", "ok": false, "state": "in_service", "reason": "refused, nothing changed: pool floor'
+        wait_for(lambda: line in elastic.log(), 90, f"the lend of {node} to be refused", elastic)
+    finally:
+        _set_floor(elastic, "flex", 0)
+    assert (f"pool flex: {len(serving)} in service, this request takes 1 out, {len(serving) - 1} would remain; "
+            f"min_nodes is {len(serving)}") in elastic.log()
+    # Nothing was touched: no lend event, no racklife drain in Slurm, the lease given back.
+    assert elastic.state(node) == State.IN_SERVICE and elastic.events(node) == before
+    s = elastic.slurm().node(node)
+    assert not s.state.drain and s.owner.kind != "racklife", (s.state, s.reason)
+    store = Store(elastic.db)
+    try:
+        assert node not in leases.holders(store)
+    finally:
+        store.close()
+    # Slurm thinks it powered the node down; a job calls it back and runs on it (the reclaim only boots slurmd).
+    job = elastic.sbatch(node)
+    wait_for(lambda: elastic.slurm().job(job).state == "COMPLETED", 150, f"job {job} on the refused node",
+             elastic)
+    assert elastic.state(node) == State.IN_SERVICE and elastic.events(node) == before
 
 
 def test_reclaim_blocked_by_a_budget_reports_and_keeps_the_pod(elastic: Elastic) -> None:
@@ -229,6 +294,8 @@ def test_reclaim_blocked_by_a_budget_reports_and_keeps_the_pod(elastic: Elastic)
         assert not kube.node(node).unschedulable
     finally:
         kube.close()
+    verdict, phases = elastic.trip(node, "reclaim")  # the cycle's leave failed: nothing switched, rolled back
+    assert verdict == "failed" and "drain_wait" in phases and "switch" not in phases, phases
     subprocess.run(["scancel", job], env=elastic.lab.env(), check=False, timeout=15)
 
 
@@ -308,6 +375,11 @@ def test_a_worker_killed_mid_lend_is_finished_by_the_next_one(elastic: Elastic) 
     report = next(json.loads(line) for line in elastic.log().splitlines()
                   if f'"workflow_id": "{second}", "node"' in line)
     assert report["ok"] and report["reason"] == "already lent"
+    store = Store(elastic.db)
+    try:
+        assert [c.kind for c in store.changes(node)].count("lend") == 1  # one cycle, finished once
+    finally:
+        store.close()
     s = elastic.slurm().node(node)
     assert s.state.powered_down and not s.state.drain
 

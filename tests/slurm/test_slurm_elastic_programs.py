@@ -49,7 +49,9 @@ def test_role_switch_refuses_a_bad_node_name_and_a_missing_hook() -> None:
 def test_settings_round_trip_and_fail_closed() -> None:
     env = {"RACKLIFE_KUBECONFIG": "/k", ROLE_CMD_ENV: "hook --x", "RACKLIFE_RECLAIM_DEADLINE_S": "7"}
     settings = settings_from_env(env)
-    assert ElasticSettings.from_dict(settings) == ElasticSettings("/k", ("hook", "--x"), "inference", 7.0)
+    assert settings == ElasticSettings("/k", ("hook", "--x"), "inference", 7.0)
+    # A run recorded before the typed argument (its input a dict) replays with the same settings.
+    assert ElasticSettings.of(settings.to_dict()) == settings and ElasticSettings.of(settings) is settings
     with pytest.raises(ValueError, match="RACKLIFE_KUBECONFIG, RACKLIFE_NODE_ROLE_CMD"):
         settings_from_env({})
 

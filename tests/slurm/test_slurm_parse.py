@@ -14,6 +14,7 @@ from lifecycle.drivers.errors import (
 )
 from lifecycle.drivers.slurm.driver import NotOurs, SlurmDriver, reason_for
 from lifecycle.drivers.slurm.parse import (
+    node_from_rest,
     nodes_from_sinfo,
     parse_jobs,
     parse_nodes,
@@ -61,6 +62,17 @@ def test_sinfo_all_columns(fixtures_dir: Path) -> None:
     assert nodes["node4180"].features == ("gen", "bldg1", "ib1", "gpu2")
 
 
+def test_serving_is_what_slurm_would_start_a_job_on() -> None:
+    serving = ["IDLE", "MIXED", "ALLOCATED", "IDLE+CLOUD", "COMPLETING"]
+    not_serving = ["IDLE*", "DOWN", "DOWN*+DRAIN", "IDLE+DRAIN", "MIXED+DRAIN", "IDLE+CLOUD+POWERED_DOWN",
+                   "IDLE+POWER_DOWN", "IDLE+POWERING_UP", "ALLOCATED+FAIL", "IDLE+REBOOT_ISSUED", "UNKNOWN", "FUTURE",
+                   ""]
+    assert [s for s in serving if not NodeState.from_scontrol(s).serving] == []
+    assert [s for s in not_serving if NodeState.from_scontrol(s).serving] == []
+    assert not NodeState.from_sinfo("idle*").serving and NodeState.from_sinfo("mix").serving
+    assert not NodeState.from_sinfo("inval").serving and not NodeState.from_sinfo("drained").serving
+
+
 def test_node_states_table() -> None:
     assert NodeState.from_scontrol("MIXED+DRAIN").draining
     assert NodeState.from_scontrol("IDLE+DRAIN").drained
@@ -87,6 +99,18 @@ def test_scontrol_node_line_with_spaces_and_reason() -> None:
     assert node.reason == "racklife:r1: a=b c"
     assert node.reason_user == "root"
     assert node.owner == DrainOwner("racklife", run_id="r1", user="root", reason="racklife:r1: a=b c")
+
+
+def test_slurmd_start_time_marks_a_reboot() -> None:
+    """The power workflow waits for SlurmdStartTime to move: a slurmd that started after the power action."""
+    up = "NodeName=node-03 CPUTot=2 State=IDLE SlurmdStartTime=2026-12-01T15:00:58 LastBusyTime=2026-12-01T15:00:28"
+    assert parse_nodes(up)[0].slurmd_start == "2026-12-01T15:00:58"
+    assert parse_nodes("NodeName=node-03 State=DOWN* SlurmdStartTime=None")[0].slurmd_start is None
+    assert parse_nodes("NodeName=node-03 State=DOWN*")[0].slurmd_start is None
+    assert node_from_rest({"name": "n", "slurmd_start_time": {"set": True, "number": 1796137258}}).slurmd_start \
+        == "1796137258"
+    assert node_from_rest({"name": "n", "slurmd_start_time": {"set": False, "number": 0}}).slurmd_start is None
+    assert node_from_rest({"name": "n", "slurmd_start_time": 1796137258}).slurmd_start == "1796137258"
 
 
 def test_ownership_rules() -> None:

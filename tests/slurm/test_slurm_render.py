@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from lifecycle.cli import app
 from lifecycle.drivers.slurm.hostlist import compress, expand
-from lifecycle.drivers.slurm.render import RenderOptions, render
+from lifecycle.drivers.slurm.render import RenderError, RenderOptions, node_line, render
 from lifecycle.model.inventory import Inventory, load_inventory
 
 
@@ -16,7 +17,46 @@ def test_render_is_byte_identical(inventory_path: Path) -> None:
     a = render(load_inventory(inventory_path))
     b = render(load_inventory(inventory_path))
     assert a.files == b.files
-    assert set(a.files) == {"slurm.conf", "gres.conf", "topology.conf", "cgroup.conf"}
+    assert set(a.files) == {"slurm.conf", "gres.conf", "topology.conf", "cgroup.conf", "slurmdbd.conf"}
+    assert "slurmdbd.conf" not in render(load_inventory(inventory_path), RenderOptions(accounting=False)).files
+
+
+def test_production_defaults_account_gpus_through_slurmdbd(site16: Inventory) -> None:
+    files = render(site16).files
+    conf = files["slurm.conf"].splitlines()
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStorageHost=slurmctld" in conf
+    assert "AccountingStorageTRES=gres/gpu" in conf
+    # configless and power saving share one SlurmctldParameters line (a second would replace the first).
+    params = [line for line in conf if line.startswith("SlurmctldParameters=")]
+    assert len(params) == 1 and params[0].split("=", 1)[1].split(",")[0] == "enable_configless"
+    dbd = files["slurmdbd.conf"].splitlines()
+    assert dbd[1:] == ["AuthType=auth/munge", "DbdHost=slurmctld", "SlurmUser=slurm",
+                       "PidFile=/run/slurm/slurmdbd.pid", "LogFile=/var/log/slurm/slurmdbd.log",
+                       "StorageType=accounting_storage/mysql", "StorageHost=localhost", "StorageUser=slurm",
+                       "StorageLoc=slurm_acct_db"]
+    assert not any(line.startswith("StoragePass") for line in dbd)  # the socket authenticates: no password
+
+
+def test_backup_controller_is_a_second_slurmctld_host(site16: Inventory) -> None:
+    conf = render(site16, RenderOptions(controller="ctl-a", controller_addr="10.0.0.1", backup_controller="ctl-b",
+                                        backup_controller_addr="10.0.0.2", slurmctld_timeout_s=10)).files["slurm.conf"]
+    hosts = [line for line in conf.splitlines() if line.startswith("SlurmctldHost=")]
+    assert hosts == ["SlurmctldHost=ctl-a(10.0.0.1)", "SlurmctldHost=ctl-b(10.0.0.2)"]
+    assert "SlurmctldTimeout=10" in conf.splitlines()
+    with pytest.raises(RenderError, match="backup_controller: must differ"):
+        render(site16, RenderOptions(controller="ctl-a", backup_controller="ctl-a"))
+    with pytest.raises(RenderError, match="dbd_extra"):
+        render(site16, RenderOptions(dbd_extra=("StoragePass=x\nPrologSlurmctld=/tmp/x",)))
+
+
+def test_a_nodes_own_line_is_the_one_slurm_conf_defines_it_with(site16: Inventory) -> None:
+    """The line a registration hook is handed (a node slurm.conf lacks: gpu-015, a Kubernetes node) is rendered
+    as a training node's line is."""
+    conf = render(site16).files["slurm.conf"]
+    assert node_line(site16.node("gpu-001")) in conf.splitlines()
+    line = node_line(site16.node("gpu-015"))
+    assert line.startswith("NodeName=gpu-015 ") and "Gres=gpu:" in line and "\n" not in line
 
 
 def test_node_order_does_not_change_output(site16: Inventory) -> None:

@@ -8,6 +8,10 @@ methods through the real provider host.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +112,36 @@ def test_settings_from_config_then_environment() -> None:
         engine.settings_from({"level": "thorough"}.get, {})
     with pytest.raises(ValueError, match="racklife:maxInFlight"):
         engine.settings_from({"maxInFlight": "many"}.get, {})
+    hooks = engine.settings_from({}.get, {"RACKLIFE_SLURM_ADD_CMD": "/site/add --x", "RACKLIFE_SLURM_CONF_CMD": "/rm"})
+    assert (hooks.slurm_add_cmd, hooks.slurm_conf_cmd, hooks.parallel) == ("/site/add --x", "/rm", 4)
+    assert engine.settings_from({"parallel": "2"}.get, {}).parallel == 2
+    with pytest.raises(ValueError, match="racklife:parallel must be 1 to 4"):
+        engine.settings_from({"parallel": "8"}.get, {})
+
+
+def test_a_host_runs_at_most_parallel_operations_at_once() -> None:
+    """The semaphore admits ``racklife:parallel`` operations at once (the lab test shows two Creates overlap)."""
+    from stacks.racklife_pulumi import shared
+
+    one = shared.Shared()
+    with one.slot(1):
+        got = threading.Event()
+        t = threading.Thread(target=lambda: (one.slot(1).__enter__(), got.set()))
+        t.start()
+        assert not got.wait(0.5)  # parallel 1: the second operation waits for the first
+    assert got.wait(5)
+    t.join(timeout=5)
+
+
+def test_operations_that_come_and_go_share_one_workflow_engine(tmp_path: Path) -> None:
+    """Three operations, eight rounds each, arriving at any moment: one that arrives while the last one out
+    shuts DBOS down waits for the shutdown, then launches it again (it used to launch DBOS under the
+    shutdown: "Executor accessed before DBOS was launched", seen in the lab's whole-program test)."""
+    url = f"sqlite:///{tmp_path / 'racklife.sqlite'}"
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("shared_app.py")), url, "3", "8"],
+                          env=os.environ | {"RACKLIFE_DB": url, "RACKLIFE_HOME": str(tmp_path)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1:] == ["ok 24"], done.stdout + done.stderr
 
 
 def test_numbers_as_the_wire_carries_them_still_check(props: dict[str, Any]) -> None:

@@ -129,3 +129,25 @@ def test_join_gate_refuses_evidence_older_than_the_build(store: Store, inv) -> N
     walk_to(store, "r02-n02", ["provision_done", "burn_in", "accept"])
     with pytest.raises(IllegalTransition, match="predates"):
         store.transition("r02-n02", "join", Actor.WORKFLOW, "join", acceptance_record=rec.id)
+
+
+def test_the_operator_of_a_run_names_its_moves_and_its_childrens(tmp_path: Path, repo_dir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.store import operators
+
+    monkeypatch.setenv(operators.ENV, "carol")
+    store = Store(f"sqlite:///{tmp_path / 'op.sqlite'}")
+    try:
+        store.import_inventory(load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml"))
+        store.record_operator("run-1", "alice")
+        store.record_operator("run-1", "mallory")  # once: a recovered run keeps who started it
+        store.transition("r01-n01", "inspect", Actor.WORKFLOW, "test", run_id="run-1")
+        store.transition("r01-n02", "inspect", Actor.WORKFLOW, "test", run_id="run-1-3")  # a child run
+        store.transition("r01-n03", "inspect", Actor.WORKFLOW, "test", run_id="other")  # none recorded
+        who = {n: store.history(n)[-1].operator for n in ("r01-n01", "r01-n02", "r01-n03")}
+        assert who == {"r01-n01": "alice", "r01-n02": "alice", "r01-n03": "carol"}
+        assert store.history("r01-n01")[0].operator == "carol"  # the import's enrolment
+        store.record_change("r01-n01", "firmware", None, "BMC", Actor.WORKFLOW, "test", run_id="run-1")
+        assert store.changes("r01-n01")[-1].operator == "alice"
+    finally:
+        store.close()

@@ -13,7 +13,15 @@ from lifecycle.model.inventory import Pool, load_inventory
 from lifecycle.model.states import Actor
 from lifecycle.store import Store
 from stacks.terraform.batch import Batcher
-from stacks.terraform.desired import NodeWant, UnknownNode, UnknownPool, compose
+from stacks.terraform.desired import (
+    NodeWant,
+    UnknownNode,
+    UnknownPool,
+    baseline_problems,
+    compose,
+    groups,
+    image_problem,
+)
 from stacks.terraform.pools import pool_of, state_of
 from stacks.terraform.settings import from_config
 
@@ -38,6 +46,33 @@ def test_the_resource_sets_pool_and_image_of_its_node_only(site: tuple[Path, Sto
     assert inv.node(first.name).pool == other and inv.node(first.name).image == "debian12-gpu"
     assert inv.node(second.name) == store.get(second.name).node().model_copy(
         update={"pool": store.get(second.name).pool})
+
+
+def test_an_image_version_is_pinned_per_node(site: tuple[Path, Store]) -> None:
+    path, store = site
+    base = load_inventory(path)
+    a, b, c = (n.name for n in base.nodes[:3])
+    inv = compose(base, store, {a: NodeWant(a, "training", "debian12-gpu:2025.02")})
+    assert inv.node(a).image == "debian12-gpu"  # the node names the image; the version is the inventory's
+    assert {i.name: i.version for i in inv.images}["debian12-gpu"] == "2025.02"
+    assert {i.name: i.version for i in compose(base, store).images} == {i.name: i.version for i in base.images}
+    # Two versions of one image cannot be in one inventory, and a pin would change the version of a node that
+    # pins none: three groups.
+    wants = {a: NodeWant(a, "training", "minimal:2"), b: NodeWant(b, "training", "minimal:1"),
+             c: NodeWant(c, "training", "minimal"), "x": NodeWant("x", "training", "debian12-gpu:3")}
+    assert [sorted(g) for g in groups(wants)] == [[c], sorted([a, "x"]), [b]]
+    assert [sorted(g) for g in groups({a: wants[a], c: wants[c]})] == [[c], [a]]
+    assert groups({}) == []
+    with pytest.raises(ValueError, match="two versions of one image"):
+        compose(base, store, {a: wants[a], b: wants[b]})
+
+
+@pytest.mark.parametrize(("image", "why"), [("minimal", None), ("minimal:2", None), ("debian12-gpu:2025.02+1", None),
+                                            ("Minimal", "RFC 1123"), ("minimal:", "version ''"),
+                                            ("minimal:two words", "version 'two words'"), (":2", "name ''")])
+def test_an_image_is_name_or_name_and_version(image: str, why: str | None) -> None:
+    problem = image_problem(image)
+    assert (problem is None) if why is None else (problem is not None and why in problem), problem
 
 
 def test_a_pool_apply_changes_no_node_and_wins_over_the_file(site: tuple[Path, Store]) -> None:
@@ -149,22 +184,22 @@ def test_the_plan_hook_turns_racklife_work_into_an_update() -> None:
     assert planned["steps"] is Unknown and planned["pool"] == "inference"
 
 
-def test_a_firmware_baseline_the_bmc_does_not_match_is_a_step_racklife_cannot_take() -> None:
-    from datetime import UTC, datetime
-
-    from lifecycle.model.states import State
-    from lifecycle.planner.observed import BmcSeen, Observation
-    from lifecycle.planner.plan import NodePlan
-    from stacks.terraform.fleet import view_of
-
-    seen = Observation("n1", datetime.now(UTC), State.IN_SERVICE, "training",
-                       bmc=BmcSeen("on", {"BMC": "1.2", "BIOS": "2.0"}))
-    plan = NodePlan("n1", "in_service")
-    same = view_of("n1", plan, seen, "training", NodeWant("n1", "training", firmware={"BMC": "1.2"}))
-    assert same.steps == () and same.cannot == () and same.firmware == {"BMC": "1.2", "BIOS": "2.0"}
-    off = view_of("n1", plan, seen, "training", NodeWant("n1", "training", firmware={"BIOS": "2.1", "NIC": "9"}))
-    assert off.cannot == off.steps and len(off.steps) == 2, off.steps
-    assert "BIOS is 2.0; the baseline says 2.1" in off.steps[0] and "NIC is not reported by the BMC" in off.steps[1]
+def test_a_firmware_baseline_goes_to_the_planner_as_the_inventorys(site: tuple[Path, Store]) -> None:
+    """The planner plans and applies it (update-firmware); the provider only composes it, checked as a file's."""
+    path, store = site
+    base = load_inventory(path)
+    n = base.nodes[0].name
+    want = NodeWant(n, "training", firmware={"BMC": "5.0.0"}, firmware_files={"BMC": "/srv/fw/bmc-5.tar"})
+    [fw] = compose(base, store, {n: want}).node(n).firmware
+    assert (fw.component, fw.version, fw.file) == ("BMC", "5.0.0", "/srv/fw/bmc-5.tar")
+    assert compose(base, store, {n: NodeWant(n, "training")}).node(n).firmware == base.node(n).firmware  # no opinion
+    assert baseline_problems({"BMC": "5.0.0"}, {}) == [
+        ("firmware_files", "no image for component 'BMC': firmware_files must name the file that installs version "
+                           "5.0.0")]
+    assert [a for a, _ in baseline_problems({"BMC": "5 0"}, {"BMC": "fw.tar", "BIOS": "/b"})] == [
+        "firmware_files", "firmware", "firmware_files"]  # BIOS not in the baseline; a bad version; a relative file
+    with pytest.raises(ValueError, match="no image for component 'BMC'"):
+        compose(base, store, {n: NodeWant(n, "training", firmware={"BMC": "5.0.0"})})
 
 
 def test_without_terraform_the_tests_fail_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:

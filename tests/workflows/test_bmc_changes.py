@@ -135,6 +135,27 @@ def test_bios_that_does_not_read_back_after_the_reboot_is_a_failure(
         drv.close()
 
 
+def test_undoing_bios_that_never_applied_clears_what_stays_staged(emu: RedfishEmulator) -> None:
+    """A change undone by setting the old (still live) values must not leave the new ones pending: before,
+    nothing was sent, and the BMC's next reboot applied the value the run had undone."""
+    emu.set_fault("dell", bios_settings_fail=True)
+    drv = driver(emu)
+    try:
+        with pytest.raises(OperationFailed, match="does not read back"):
+            apply_bios(drv, {"SriovGlobalEnable": "Enabled"}, BiosSettings(timeout_s=10.0, poll_s=10.0),
+                       clock=Clock())
+        assert drv.bios_pending_attributes() == {"SriovGlobalEnable": "Enabled"}
+        undone = apply_bios(drv, {"SriovGlobalEnable": "Disabled"}, BiosSettings(poll_s=0.0), clock=Clock())
+        assert (undone.applied, undone.rebooted) == (True, False)
+        assert drv.bios_pending_attributes() == {}
+        emu.set_fault("dell", bios_settings_fail=False)
+        again = apply_bios(drv, {"SriovGlobalEnable": "Disabled"}, BiosSettings(poll_s=0.0), clock=Clock())
+        assert (again.changed, again.rebooted) == ({}, False)  # nothing staged, nothing sent
+        assert driver(emu).bios_attributes()["SriovGlobalEnable"] == "Disabled"
+    finally:
+        drv.close()
+
+
 def test_key_value_strings_are_typed_like_the_attribute() -> None:
     current: dict[str, object] = {"Cores": 0, "Turbo": "Enabled", "Secure": False}
     assert coerce_bios(current, {"Cores": "8", "Turbo": "Disabled", "Secure": "true"}, "t") == \

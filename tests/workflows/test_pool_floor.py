@@ -8,6 +8,10 @@ and on PostgreSQL (the pool row's lock), because the two serialize differently.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,10 +43,10 @@ def _serving(store: Store, node: str) -> None:
     store.transition(node, "join_done", Actor.WORKFLOW, "joined")
 
 
-def _fleet(url: str, repo_dir: Path) -> Store:
+def _fleet(url: str, repo_dir: Path, lendable: bool = False) -> Store:
     inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
     pools = dict(inv.pools)
-    pools["training"] = pools["training"].model_copy(update={"min_nodes": FLOOR})
+    pools["training"] = pools["training"].model_copy(update={"min_nodes": FLOOR, "lendable": lendable})
     nodes = [n.model_copy(update={"pool": "training" if n.name in TRAINING else "inference"}) for n in inv.nodes]
     store = Store(url)
     store.import_inventory(inv.model_copy(update={"pools": pools, "nodes": nodes}))
@@ -153,5 +157,30 @@ def test_plan_blocks_a_move_pool_beyond_the_floor(sqlite_url: str, repo_dir: Pat
             {n: (by[n].steps, by[n].blockers) for n in moved}
         assert "8 in service, 1 leaving in role swaps under way, 5 planned to move out; min_nodes is 5, " \
                "so 2 may move now" in by[blocked[0]].blockers[0].message
+    finally:
+        store.close()
+
+
+def test_concurrent_lends_out_of_one_pool_keep_its_floor(url: str, repo_dir: Path) -> None:
+    """Slurm's power saving suspends all eight idle nodes at once: the lends take the role swap's floor check."""
+    store = _fleet(url, repo_dir, lendable=True)
+    try:
+        app = Path(__file__).with_name("lend_floor_app.py")
+        done = subprocess.run([sys.executable, str(app), url, *TRAINING], capture_output=True, text=True,
+                              timeout=300, env=os.environ | {"RACKLIFE_DB": url})
+        assert done.returncode == 0, done.stdout + done.stderr
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        results = seen["results"]
+        refused = sorted(n for n, r in results.items() if "pool floor" in r["reason"])
+        assert len(seen["holding"]) == len(TRAINING) - FLOOR, results
+        assert seen["reserved"] == seen["holding"] and sorted(seen["holding"] + refused) == TRAINING, seen
+        why = results[refused[0]]["reason"]
+        assert why.startswith("refused, nothing changed: pool floor: pool training: 8 in service, this request "
+                              "takes 1 out, 3 already leaving in other swaps, 4 would remain; min_nodes is 5"), why
+        for n in refused:  # nothing touched: in service, no transition, no lend row, lease given back
+            assert not results[n]["ok"] and store.get(n).state is State.IN_SERVICE
+            assert [t.event for t in store.history(n)][-1] == "join_done"
+            assert "lend" not in [c.kind for c in store.changes(n)]
+        assert leases.holders(store) == {}
     finally:
         store.close()

@@ -174,3 +174,11 @@ def test_inspection_reads_what_it_compares_with_fewer_requests(
         finally:
             full_driver.close()
             inspect_driver.close()
+
+
+def test_a_reimage_change_names_an_image_the_boot_server_does_not_publish() -> None:
+    from lifecycle.workflows.changes import ImageChange
+    from lifecycle.workflows.provision import ProvisionSettings
+
+    typed = ProvisionSettings(boot_url="http://10.0.0.1:8069", images={}, default_image="minimal")
+    assert "image 'golden' is not published" in ImageChange("golden", typed).precheck()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from burnin.parsers import xid
@@ -49,3 +51,33 @@ def test_unknown_code_and_unknown_bucket_fail_closed() -> None:
     assert "not in NVIDIA's XID catalog" in rep.reason
     rule = repair_table.for_bucket("SOMETHING_NEW")
     assert rule.action is RepairAction.RMA and "not in the repair table" in rule.why
+
+
+def test_every_action_of_the_table_is_built_or_quarantines() -> None:
+    from lifecycle.workflows.repair import BUILT
+
+    assert set(BUILT) | {RepairAction.NONE} == set(RepairAction)
+
+
+LOAD_CHECKS = {"stress", "nccl", "dcgm"}  # the GEMM soak, nccl-tests across the node's GPUs, DCGM diagnostics
+
+
+def test_a_repair_retest_runs_under_load_at_every_level(tmp_path: Path) -> None:
+    """After a repair action the re-test is acceptance at the pool's retest_level: every level of every shipped
+    profile runs the load checks, so a repaired node is judged busy, not idle; the lab's profile (no GEMM to run
+    on fake GPUs) keeps nccl-tests and DCGM."""
+    import tomllib
+    from importlib import resources
+
+    from lifecycle.lab.layout import write_lab_profile
+
+    for f in resources.files("burnin.profiles").iterdir():
+        if not f.name.endswith(".toml"):
+            continue
+        checks = tomllib.loads(f.read_text(encoding="utf-8"))["checks"]
+        assert {"quick", "standard", "full"} <= set(checks), f.name
+        for level, names in checks.items():
+            assert set(names) >= LOAD_CHECKS, (f.name, level, names)
+        lab = tomllib.loads(write_lab_profile(f.name.removesuffix(".toml"), tmp_path / f.name)
+                            .read_text(encoding="utf-8"))["checks"]
+        assert all({"nccl", "dcgm"} <= set(names) for names in lab.values()), (f.name, lab)

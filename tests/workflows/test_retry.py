@@ -31,12 +31,14 @@ from lifecycle.workflows import (
     decommission,
     elastic,
     erase_certificate,
+    erase_readback,
     kube_pool,
     leasing,
     node_cycle,
     node_ops,
     provision,
     retry,
+    role_switch,
     roleswap,
     slurm_pool,
     upgrade,
@@ -158,27 +160,29 @@ def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
         fn.__name__: is_idempotent(fn)
         for fn in (provision.begin_run, provision.boot_attempt, provision.await_phone_home,
                    node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
-                   slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.drain_and_empty,
-                   elastic.lendable_pool, elastic.slurm_hold, elastic.slurm_release, elastic.switch_role,
+                   slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.slurm_await_serving,
+                   slurm_pool.slurm_hold_again, slurm_pool.drain_and_empty,
+                   elastic.lendable_pool, elastic.slurm_down, elastic.slurm_release, role_switch.switch_role,
                    kube_pool.kube_holder, kube_pool.kube_wait_ready, kube_pool.kube_set_pool,
                    kube_pool.kube_lift_own_cordon, kube_pool.kube_cordon, kube_pool.kube_drain,
-                   elastic.acceptance_record_id, elastic.slurm_registered, node_cycle.now, roleswap.swap_checks,
-                   roleswap.reserve_floor, roleswap.move_pool, roleswap.swap_role, node_cycle.lift_own_drain,
+                   elastic.acceptance_record_id, role_switch.slurm_registered, node_cycle.now, roleswap.swap_checks,
+                   leasing.reserve_floor, roleswap.move_pool, node_cycle.lift_own_drain, elastic.record_trip,
                    roleswap.record_swap, changes.begin_reimage, changes.record_node_change, changes.last_image,
                    upgrade.pools_now,
                    accept.burn_in,
                    accept.multi_node, accept.judge_and_record, accept.quarantine_in_slurm,
-                   accept.begin_burn_in, accept.gate_nodes, leasing.take_leases, leasing.release_leases,
+                   accept.begin_burn_in, accept.gate_nodes, leasing.take_leases,
                    decommission.decommission_checks, decommission.slurm_remove, decommission.kube_remove,
                    decommission.bmc_power_off, decommission.bmc_reset, erase_certificate.erase_drives,
-                   erase_certificate.write_certificate)
+                   erase_certificate.write_certificate, erase_readback.read_drive_logs,
+                   erase_certificate.sample_seed, erase_readback.read_samples)
     }
     assert None not in declared.values()
     # The side effects that must not repeat (a power cycle, requeueing or cancelling jobs, a role
     # switch) and the waits whose deadline a retry would stretch.
     assert [n for n, ok in declared.items() if not ok] == [
-        "boot_attempt", "drain_and_empty", "switch_role", "kube_wait_ready", "kube_drain", "slurm_registered",
-        "swap_role", "burn_in", "multi_node", "judge_and_record", "bmc_reset", "erase_drives"]
+        "boot_attempt", "slurm_await_serving", "drain_and_empty", "switch_role", "kube_wait_ready", "kube_drain", "slurm_registered",
+        "burn_in", "multi_node", "judge_and_record", "bmc_reset", "erase_drives"]
     # And no step anywhere bypasses the declaration with a bare DBOS step.
     root = Path(provision.__file__).resolve().parents[1]
     bare = [str(f.relative_to(root)) for f in root.rglob("*.py")

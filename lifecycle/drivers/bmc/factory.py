@@ -19,6 +19,7 @@ from lifecycle.drivers.bmc.base import (
     not_supported_message,
     resolve_credentials,
 )
+from lifecycle.drivers.bmc.call_errors import CallObserver
 from lifecycle.model.inventory import BmcSpec, Node
 
 DriverName = Literal["redfish", "ipmi"]
@@ -56,24 +57,27 @@ def unsupported_reason(what: BmcDriver | BmcSpec | Node, capability: Capability)
 
 def driver_from_args(driver: str, address: str, credentials: Credentials, *,
                      verify_tls: bool = True, system: str | None = None,
-                     timeout: float = 10.0) -> BmcDriver:
-    """A driver for ``address``; raises ValueError on input that names no usable BMC."""
+                     timeout: float = 10.0, observer: CallObserver | None = None) -> BmcDriver:
+    """A driver for ``address``; raises ValueError on input that names no usable BMC.
+
+    ``observer`` is told of every failed call with its class, and of the vendor once identified.
+    """
     if driver == "redfish":
         from lifecycle.drivers.bmc.redfish import RedfishDriver
 
         return RedfishDriver(address, credentials, verify_tls=verify_tls, system_id=system,
-                             timeout=timeout)
+                             timeout=timeout, observer=observer)
     if driver == "ipmi":
         from lifecycle.drivers.bmc.ipmi import IpmiDriver
 
         if system:
             raise ValueError("--system picks a Redfish system; an IPMI BMC manages one system")
-        return IpmiDriver(address, credentials)
+        return IpmiDriver(address, credentials, observer=observer)
     raise ValueError(f"unknown BMC driver {driver!r} (known: {', '.join(DRIVERS)})")
 
 
 def driver_for(spec: BmcSpec, *, credentials: Credentials | None = None,
-               timeout: float = 10.0) -> BmcDriver:
+               timeout: float = 10.0, observer: CallObserver | None = None) -> BmcDriver:
     """The driver for an inventory BMC; credentials come from its reference unless given.
 
     Raises ``AuthFailed`` when the reference does not resolve (the message names the
@@ -81,4 +85,4 @@ def driver_for(spec: BmcSpec, *, credentials: Credentials | None = None,
     """
     creds = credentials or resolve_credentials(spec.credentials, spec.address)
     return driver_from_args(spec.driver, spec.address, creds, verify_tls=spec.verify_tls,
-                            system=spec.system, timeout=timeout)
+                            system=spec.system, timeout=timeout, observer=observer)

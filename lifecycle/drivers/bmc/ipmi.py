@@ -13,9 +13,11 @@ workflow step layer, never here. pyghmi errors are translated here into
 ``lifecycle.drivers.errors``: no answer is ``Unreachable`` (temporary), a refused user or password
 is ``AuthFailed``, a completion code is looked up in ``COMPLETION_CODES``: the "not now" codes
 (node busy, timeout, out of space for the moment) are ``Busy`` (temporary), the rest
-``OperationFailed`` (permanent) with their meaning.
+``OperationFailed`` (permanent) with their meaning. Each failure is also told to the driver's
+observer with its class (``call_errors``: no answer is a timeout, an OS error a connection failure).
 """
 
+# ruff: noqa: E402  # pyghmi is imported below, after pyghmi_import.load()
 from __future__ import annotations
 
 import contextlib
@@ -25,6 +27,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
+
+from lifecycle.drivers.bmc import pyghmi_import
+
+# Before pyghmi's own imports: its plugin loader moves sys.path under other threads' imports (pyghmi_import).
+pyghmi_import.load()
 
 from pyghmi import exceptions as pyghmi_exc
 from pyghmi.ipmi import command as pyghmi_command
@@ -47,6 +54,7 @@ from lifecycle.drivers.bmc.base import (
     SensorReading,
     SystemInfo,
 )
+from lifecycle.drivers.bmc.call_errors import CallErrorClass, CallFailure, CallObserver
 from lifecycle.drivers.errors import (
     AuthFailed,
     Busy,
@@ -118,6 +126,14 @@ _AUTH_WORDS = ("password", "unauthorized", "rakp", "privilege", "invalid role")
 _FRU_TOO_BIG = (0xC7, 0xC8, 0xC9, 0xCA)
 _FRU_CHUNK = 224  # pyghmi's choice: most BMCs accept it
 DEFAULT_PORT = 623
+# The class of each error this driver raises (an OSError is a connection failure: see _failed's callers).
+_CLASS_OF: dict[type[DriverError], CallErrorClass] = {
+    AuthFailed: CallErrorClass.AUTH,
+    Unreachable: CallErrorClass.TIMEOUT,  # RMCP+ is UDP: "no answer" is the retransmits running out
+    Busy: CallErrorClass.THROTTLED,
+    NotSupported: CallErrorClass.IPMI_COMPLETION,
+    OperationFailed: CallErrorClass.IPMI_COMPLETION,
+}
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -136,19 +152,72 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port) if port else DEFAULT_PORT
 
 
+class _Login:
+    """One logged-in pyghmi session (its ``Command``), shared by the drivers of this process to one BMC and user."""
+
+    def __init__(self, cmd: Any) -> None:
+        self.cmd = cmd
+        self.lock = threading.Lock()  # one command at a time on the session
+        self.users = 0
+
+
+class _Logins:
+    """One pyghmi session per BMC, port and login in this process, shared by every :class:`IpmiDriver` to it.
+
+    pyghmi gives a second session to a BMC it already has one with its own socket, which pyghmi's I/O
+    thread starts listening to only when its ``select()`` next wakes: up to 300 s in a process with no
+    other IPMI traffic. The second driver's login waited that long (a refresh reading a node while a
+    workflow held a driver to it, in one ``racklife serve``). And where pyghmi did hand two drivers one
+    session, one driver's close logged the other out. So drivers share the session, counted: the last
+    to close logs out; one that finds the session broken forgets it, and the next driver logs in anew.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple[object, ...], threading.Lock] = {}
+        self._current: dict[tuple[object, ...], _Login] = {}
+
+    def _key_lock(self, key: tuple[object, ...]) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def acquire(self, key: tuple[object, ...], login: Callable[[], Any]) -> _Login:
+        """The live session for ``key``, logging in with ``login()`` (which may raise) if there is none."""
+        with self._key_lock(key):  # a login per BMC at a time; other BMCs' logins go on meanwhile
+            current = self._current.get(key)
+            if current is None or getattr(current.cmd.ipmi_session, "broken", False):
+                current = _Login(login())
+                self._current[key] = current
+            current.users += 1
+            return current
+
+    def release(self, key: tuple[object, ...], held: _Login, broken: bool = False) -> bool:
+        """A driver is done with ``held``; True when it was the last user (the caller logs it out)."""
+        with self._key_lock(key):
+            held.users -= 1
+            if (broken or held.users <= 0) and self._current.get(key) is held:
+                del self._current[key]
+            return held.users <= 0
+
+
+_LOGINS = _Logins()
+
+
 class IpmiDriver(BmcDriver):
     """One BMC over IPMI 2.0 LAN (RMCP+). The session opens on first use."""
 
     hardware_type = "ipmi"
 
     def __init__(self, address: str, credentials: Credentials, *,
-                 command_factory: Callable[..., Any] = pyghmi_command.Command) -> None:
+                 command_factory: Callable[..., Any] = pyghmi_command.Command,
+                 observer: CallObserver | None = None) -> None:
         self.host, self.port = parse_address(address)
+        self._observer = observer
         self.target = f"ipmi://{self.host}:{self.port}"
         self._credentials = credentials
         self._factory = command_factory
-        self._cmd: Any = None
-        self._lock = threading.Lock()
+        self._login: _Login | None = None
+        self._lock = threading.Lock()  # this driver's own state (its login); the session's lock serializes commands
         self._fru_chunk = _FRU_CHUNK  # shrinks to what the BMC accepts, once
 
     def validate(self) -> None:
@@ -156,28 +225,38 @@ class IpmiDriver(BmcDriver):
             raise AuthFailed(self.target, "no IPMI user name given")
 
     # -- session and error translation, in one place
+    @property
+    def _cmd(self) -> Any:
+        """The pyghmi ``Command`` this driver uses (None before its first call)."""
+        return self._login.cmd if self._login is not None else None
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.host, self.port, self._credentials.username, self._credentials.password)
+
     def _session(self) -> Any:
-        if self._cmd is None:
-            user, password = self._credentials.username, self._credentials.password
-            # pyghmi keeps a failed login in its table of logins in progress (its key there is
-            # not the one it deletes), and hands that dead session to the next caller; drop it.
-            key = (self.host, user, password, self.port, None)
-            stale = pyghmi_session.Session.initting_sessions.get(key)
-            if stale is not None and getattr(stale, "broken", False):
-                del pyghmi_session.Session.initting_sessions[key]
-            try:
-                self._cmd = self._factory(bmc=self.host, userid=user, password=password,
-                                          port=self.port)
-            except pyghmi_exc.IpmiException as exc:
-                raise self._login_error(exc) from None
-            except AttributeError:
-                # pyghmi race: another thread marked the session broken and this one saw it
-                # before the error message was stored. The session is still in that table.
-                raise self._login_error(pyghmi_exc.IpmiException(self._late_error(key))) from None
-            except OSError as exc:  # name resolution, no route
-                raise Unreachable(self.target, f"cannot reach the BMC: {exc.strerror or exc}") \
-                    from None
-        return self._cmd
+        if self._login is None:
+            self._login = _LOGINS.acquire(self._key(), self._log_in)
+        return self._login.cmd
+
+    def _log_in(self) -> Any:
+        user, password = self._credentials.username, self._credentials.password
+        # pyghmi keeps a failed login in its table of logins in progress (its key there is
+        # not the one it deletes), and hands that dead session to the next caller; drop it.
+        key = (self.host, user, password, self.port, None)
+        stale = pyghmi_session.Session.initting_sessions.get(key)
+        if stale is not None and getattr(stale, "broken", False):
+            del pyghmi_session.Session.initting_sessions[key]
+        try:
+            return self._factory(bmc=self.host, userid=user, password=password, port=self.port)
+        except pyghmi_exc.IpmiException as exc:
+            raise self._failed(self._login_error(exc)) from None
+        except AttributeError:
+            # pyghmi race: another thread marked the session broken and this one saw it
+            # before the error message was stored. The session is still in that table.
+            raise self._failed(self._login_error(pyghmi_exc.IpmiException(self._late_error(key)))) from None
+        except OSError as exc:  # name resolution, no route
+            raise self._failed(Unreachable(self.target, f"cannot reach the BMC: {exc.strerror or exc}"),
+                               CallErrorClass.CONNECTION) from None
 
     @staticmethod
     def _late_error(key: tuple[object, ...]) -> str:
@@ -198,17 +277,27 @@ class IpmiDriver(BmcDriver):
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
         with self._lock:
             cmd = self._session()
+            assert self._login is not None
             try:
-                return fn(cmd)
+                with self._login.lock:
+                    return fn(cmd)
             except pyghmi_exc.IpmiException as exc:
-                error = self._command_error(what, exc)
+                error = self._failed(self._command_error(what, exc))
             except (pyghmi_exc.UnsupportedFunctionality, NotImplementedError) as exc:
-                error = NotSupported(self.target, f"{what}: {exc or 'not supported by this BMC'}")
+                error = self._failed(NotSupported(self.target, f"{what}: {exc or 'not supported by this BMC'}"))
             except OSError as exc:
-                error = Unreachable(self.target, f"{what}: {exc.strerror or exc}")
+                error = self._failed(Unreachable(self.target, f"{what}: {exc.strerror or exc}"),
+                                     CallErrorClass.CONNECTION)
             if isinstance(error, Unreachable):
-                self._drop()  # the session is broken: log in afresh next time
+                self._drop(broken=True)  # the session is broken: log in afresh next time
             raise error
+
+    def _failed(self, error: DriverError, kind: CallErrorClass | None = None) -> DriverError:
+        """``error``, after telling the observer its class (the caller raises it)."""
+        if self._observer is not None:
+            self._observer.failed(CallFailure(kind or _CLASS_OF.get(type(error), CallErrorClass.IPMI_COMPLETION),
+                                              "ipmi", None, error.message))
+        return error
 
     def _command_error(self, what: str, exc: pyghmi_exc.IpmiException) -> DriverError:
         text = str(exc.args[0]) if exc.args and exc.args[0] else ""
@@ -227,12 +316,12 @@ class IpmiDriver(BmcDriver):
             raise pyghmi_exc.IpmiException(rsp["error"], rsp.get("code", 0))
         return bytes(rsp["data"])
 
-    def _drop(self) -> None:
-        cmd, self._cmd = self._cmd, None
-        if cmd is not None:
-            # a broken session may fail to log out; there is nothing left to release then
+    def _drop(self, broken: bool = False) -> None:
+        held, self._login = self._login, None
+        if held is not None and _LOGINS.release(self._key(), held, broken):
+            # the last driver on the session; a broken session may fail to log out: nothing is left then
             with contextlib.suppress(Exception):
-                cmd.ipmi_session.logout()
+                held.cmd.ipmi_session.logout()
 
     def close(self) -> None:
         with self._lock:
@@ -338,6 +427,8 @@ class IpmiDriver(BmcDriver):
             uuid=text("uuid"),
             bios_version=text("bios_version"),
         )
+        if system.vendor and self._observer is not None:
+            self._observer.identified("ipmi", system.vendor)
         firmware = [Firmware("BMC", fru["bmc_firmware"])]
         if fru.get("bios_version"):
             firmware.append(Firmware("BIOS", fru["bios_version"]))

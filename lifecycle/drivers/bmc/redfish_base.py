@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 from lifecycle.drivers.bmc import redfish_inventory as inv
 from lifecycle.drivers.bmc import redfish_parse as parse
 from lifecycle.drivers.bmc.base import Credentials, ProgressCallback, TaskProgress
-from lifecycle.drivers.bmc.redfish_quirks import TASK_DONE, VendorQuirks, quirks_for
+from lifecycle.drivers.bmc.call_errors import CallErrorClass, CallFailure, CallObserver
+from lifecycle.drivers.bmc.redfish_quirks import GENERIC, TASK_DONE, VendorQuirks, quirks_for
 from lifecycle.drivers.bmc.redfish_transport import (
     Clock,
     RedfishTransport,
@@ -24,7 +25,7 @@ from lifecycle.drivers.bmc.redfish_transport import (
     SystemClock,
     TaskPolling,
 )
-from lifecycle.drivers.errors import NotSupported, OperationFailed, Unreachable
+from lifecycle.drivers.errors import DriverError, NotSupported, OperationFailed, Unreachable
 
 LOG = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -38,7 +39,8 @@ class RedfishSystem:
     def __init__(self, address: str, credentials: Credentials, *, verify_tls: bool = True,
                  system_id: str | None = None, timeout: float = 10.0,
                  auth: Literal["session", "basic"] = "session",
-                 tasks: TaskPolling | None = None, clock: Clock | None = None) -> None:
+                 tasks: TaskPolling | None = None, clock: Clock | None = None,
+                 observer: CallObserver | None = None) -> None:
         self.address = address if "://" in address else f"https://{address}"
         self.system_id = system_id
         parts = urlsplit(self.address)
@@ -54,6 +56,7 @@ class RedfishSystem:
         self._system_path: str | None = None
         self._quirks: VendorQuirks | None = None
         self._action_infos: dict[str, Json | None] = {}
+        self._observer = observer
 
     def validate(self) -> None:
         parts = urlsplit(self.address)
@@ -71,7 +74,7 @@ class RedfishSystem:
             self._transport = RedfishTransport(
                 self.address, self._credentials, verify_tls=self._verify_tls,
                 timeout=self._timeout, auth=self._auth,
-                target=self.target)
+                target=self.target, on_failure=self._call_failed if self._observer else None)
         return self._transport
 
     @property
@@ -101,13 +104,35 @@ class RedfishSystem:
     def system(self) -> Json:
         system = self.transport.get(self.system_path())
         if self._quirks is None:
-            self._quirks = quirks_for(self.transport.root, system)
+            self._identify(quirks_for(self.transport.root, system))
         return system
 
     def quirks(self, system: Json | None = None) -> VendorQuirks:
         if self._quirks is None:
-            self._quirks = quirks_for(self.transport.root, system or self.system())
+            return self._identify(quirks_for(self.transport.root, system or self.system()))
         return self._quirks
+
+    @property
+    def vendor(self) -> str | None:
+        """The vendor the service root and system named (the quirks table's name); None before they were read.
+
+        Before the system is read (a login refused), a service root that names its vendor is enough.
+        """
+        if self._quirks is not None:
+            return self._quirks.vendor
+        root = self._transport.seen_root if self._transport is not None else None
+        named = quirks_for(root, {}) if root is not None else GENERIC
+        return named.vendor if named is not GENERIC else None
+
+    def _identify(self, quirks: VendorQuirks) -> VendorQuirks:
+        self._quirks = quirks
+        if self._observer is not None:
+            self._observer.identified("redfish", quirks.vendor)
+        return quirks
+
+    def _call_failed(self, kind: CallErrorClass, error: DriverError) -> None:
+        if self._observer is not None:
+            self._observer.failed(CallFailure(kind, "redfish", self.vendor, error.message))
 
     def close(self) -> None:
         if self._transport is not None:

@@ -29,6 +29,15 @@ log = logging.getLogger(__name__)
 _MAC_PATH = re.compile(r"^/boot/([0-9a-fA-F]{2}(?:[:-][0-9a-fA-F]{2}){5})\.ipxe$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 MAX_REPORT_BYTES = 64 * 1024
+_HOST_KEY = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa) [A-Za-z0-9+/]+={0,3}$")
+
+
+def host_key(value: object) -> str:
+    """A reported SSH host key as ``TYPE BASE64``; anything else (none, a comment, options, junk) is ""."""
+    if not isinstance(value, str) or not value.isprintable():  # one line: nothing to smuggle into known_hosts
+        return ""
+    text = " ".join(value.split()[:2])
+    return text if _HOST_KEY.match(text) else ""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,8 @@ class PhoneHomeReport:
     image_version: str
     macs: tuple[str, ...]
     remote: str
+    ssh_host_key: str = ""
+    """The SSH host key the booted image made at this boot (``TYPE BASE64``; the maintenance image), or ""."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
                 token=str(data["token"]), node=str(data["node"]), image=str(data.get("image", "")),
                 image_version=str(data.get("image_version", "")),
                 macs=tuple(str(m).lower() for m in data.get("macs", [])),
-                remote=self.client_address[0])
+                remote=self.client_address[0], ssh_host_key=host_key(data.get("ssh_host_key")))
         except (ValueError, KeyError, TypeError):
             self._send(400, b"malformed phone-home report\n")
             return

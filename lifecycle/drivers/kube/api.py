@@ -113,6 +113,7 @@ def node_from_api(node: Node) -> KubeNode:
         taints=tuple(Taint.from_api({"key": t.key, "effect": t.effect, "value": t.value}) for t in taints),
         gpus=int(gpus) if gpus.isdigit() else 0,
         resource_version=meta.resourceVersion or "",
+        boot_id=(status.nodeInfo.bootID if status and status.nodeInfo else None) or "",
     )
 
 

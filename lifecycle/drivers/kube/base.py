@@ -215,7 +215,7 @@ class KubeDriver(ABC):
     # ------------------------------------------------------------ drain
 
     def drain(self, name: str, *, deadline_s: float, backoff: EvictionBackoff | None = None,
-              run_id: str | None = None) -> DrainReport:
+              run_id: str | None = None, on_wait: Callable[[str], None] | None = None) -> DrainReport:
         """Evict every evictable pod from a cordoned node, honouring PodDisruptionBudgets.
 
         A 429 from a budget is retried with backoff until ``deadline_s``;
@@ -223,8 +223,10 @@ class KubeDriver(ABC):
         each (``DrainReport.blockers``). DaemonSet pods and mirror pods are
         skipped and reported. The node must be cordoned first, or evicted pods
         could land on it again; with ``run_id``, by that run: the pods on a
-        node someone else cordoned are theirs to move, not racklife's.
+        node someone else cordoned are theirs to move, not racklife's. ``on_wait`` is told what the
+        drain waits on whenever that changes ("eviction of pod default/web-1 (…)"), for progress.
         """
+        said = on_wait or (lambda _what: None)
         node = self.node(name)
         if not node.unschedulable:
             raise OperationFailed(name, "refusing to drain a schedulable node: cordon it first")
@@ -254,6 +256,8 @@ class KubeDriver(ABC):
                     suggested = max(suggested, why.retry_after_s)
                     refused.append(pod)
             pending = refused
+            if pending:
+                said("eviction of " + ", ".join(f"pod {p.key} ({blocked[p.key]})" for p in pending))
             # The server's Retry-After is a floor: waiting less would only be refused again.
             if not pending or not self._wait(deadline, max(next(delays), suggested)):
                 break
@@ -261,6 +265,8 @@ class KubeDriver(ABC):
         gone_delays = (backoff or EvictionBackoff()).delays()
         while terminating:
             terminating &= {p.key for p in self.pods_on(name)}
+            if terminating:
+                said("evicted pods to terminate: " + ", ".join(f"pod {k}" for k in sorted(terminating)))
             if not terminating or not self._wait(deadline, next(gone_delays)):
                 break
         return DrainReport(name, tuple(evicted), skipped, blocked, tuple(sorted(terminating)), calls,

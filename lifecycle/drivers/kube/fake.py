@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ def _node(obj: Obj) -> KubeNode:
         taints=tuple(Taint.from_api(t) for t in spec.get("taints") or []),
         gpus=int(gpus) if gpus.isdigit() else 0,
         resource_version=str(meta["resourceVersion"]),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
     )
 
 
@@ -88,7 +90,8 @@ class FakeKubeDriver(KubeDriver):
         obj = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **dict(labels or {})}},
                "spec": {"taints": [t.to_api() for t in taints]},
                "status": {"allocatable": {GPU_RESOURCE: str(gpus)},
-                          "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+                          "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                          "nodeInfo": {"bootID": str(uuid.uuid4())}}}  # a kubelet's boot: a new id each time
         self._nodes[name] = self._stamp(obj)
         return _node(obj)
 

@@ -128,6 +128,8 @@ class KubeNode:
     gpus: int = 0
     """``status.allocatable[nvidia.com/gpu]``."""
     resource_version: str = ""
+    boot_id: str = ""
+    """``status.nodeInfo.bootID``: the kubelet reports a new one after every boot of the node."""
 
     @property
     def owner(self) -> CordonOwner:

@@ -29,6 +29,7 @@ _PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _WORD = re.compile(r"[A-Za-z0-9_./+-]+(,[A-Za-z0-9_./+-]+)*")
 _EXTRA = re.compile(r"[A-Z][A-Za-z0-9]*=[^\s#][^\x00-\x1f\x7f#]*")
+_DATABASE = re.compile(r"[A-Za-z0-9_]{1,64}")
 _LINE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*=[^\s#\x00-\x1f\x7f]*")
 
 
@@ -79,6 +80,16 @@ def _fraction(value: Any) -> None:
         raise ValueError("must be a number above 0 and at most 1")
 
 
+def _database(value: Any) -> None:
+    if not isinstance(value, str) or not _DATABASE.fullmatch(value):
+        raise ValueError("must be a MariaDB database name ([A-Za-z0-9_], at most 64)")
+
+
+def _flag(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+
+
 def _optional(check: Callable[[Any], None]) -> Callable[[Any], None]:
     def optional(value: Any) -> None:
         if value is not None:
@@ -91,7 +102,19 @@ OPTION_RULES: dict[str, Callable[[Any], None]] = {
     "cluster_name": _optional(_name),
     "controller": _host,
     "controller_addr": _optional(_host),
+    "backup_controller": _optional(_host),
+    "backup_controller_addr": _optional(_host),
     "slurmctld_port": _optional(_count(1, 65535)),
+    "slurmctld_timeout_s": _optional(_count(1, 65533)),
+    "configless": _flag,
+    "accounting": _flag,
+    "dbd_host": _optional(_host),
+    "dbd_addr": _optional(_host),
+    "dbd_port": _optional(_count(1, 65535)),
+    "storage_host": _host,
+    "storage_port": _optional(_count(1, 65535)),
+    "storage_user": _optional(_user),
+    "storage_loc": _database,
     "state_dir": _path,
     "spool_dir": _path,
     "log_dir": _path,
@@ -129,10 +152,13 @@ def check_options(opts: Any) -> None:
             _count(1, 65535)(port)
         except ValueError as exc:
             raise RenderError(f"node_ports[{node!r}]: {exc}") from None
-    for i, line in enumerate(opts.extra):
-        if not isinstance(line, str) or not _EXTRA.fullmatch(line) or line.lower().startswith("include"):
-            raise RenderError(f"extra[{i}]: must be one 'Key=Value ...' line without '#' or control characters "
-                              "(no Include)")
+    if opts.backup_controller is not None and opts.backup_controller == opts.controller:
+        raise RenderError("backup_controller: must differ from controller (each slurmctld finds its own line)")
+    for field in ("extra", "dbd_extra"):
+        for i, line in enumerate(getattr(opts, field)):
+            if not isinstance(line, str) or not _EXTRA.fullmatch(line) or line.lower().startswith("include"):
+                raise RenderError(f"{field}[{i}]: must be one 'Key=Value ...' line without '#' or control "
+                                  "characters (no Include)")
 
 
 def check_names(names: Iterable[str], what: str) -> None:

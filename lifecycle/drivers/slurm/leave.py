@@ -16,17 +16,17 @@ another owner's decision.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.slurm.driver import HeldByOther, SlurmDriver, foreign_hold
 from lifecycle.drivers.slurm.types import DrainOwner, SlurmJob
+from lifecycle.model.vocab import LeavePolicy
 
 LEAVE_ALONE = "racklife leaves the node and its jobs alone"
 
-Policy = Literal["wait", "requeue", "cancel"]
 JobAction = Literal["finished", "requeued", "cancelled", "still_running", "failed"]
 
 
@@ -65,7 +65,7 @@ class NodeOutcome:
 @dataclass
 class LeaveReport:
     run_id: str
-    policy: Policy
+    policy: LeavePolicy
     nodes: list[NodeOutcome] = field(default_factory=list)
     jobs: list[JobOutcome] = field(default_factory=list)
     complete: bool = False
@@ -91,23 +91,33 @@ class LeaveReport:
         }
 
 
+def waiting_on(jobs: Sequence[SlurmJob], deadline_s: float) -> str:
+    """What a leave waits on, in words: ``drain of job 12 (alice, train)``, one entry per job."""
+    each = [f"job {j.job_id}" + (f" ({', '.join(x for x in (j.user, j.name) if x)})" if j.user or j.name else "")
+            for j in jobs]
+    return f"drain of {', '.join(each)} (deadline {deadline_s:g} s)"
+
+
 def leave(
     driver: SlurmDriver,
     nodes: Iterable[str],
     *,
     run_id: str,
     reason: str,
-    policy: Policy,
+    policy: LeavePolicy,
     deadline_s: float,
     settle_s: float = 60.0,
     poll_s: float = 0.5,
     clock: Clock | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> LeaveReport:
     """Drain ``nodes`` and empty them per ``policy``; return what happened to every job.
 
     ``deadline_s`` bounds the wait for running jobs; ``settle_s`` bounds the
-    wait, after requeue/cancel, for Slurm to clean the nodes up.
+    wait, after requeue/cancel, for Slurm to clean the nodes up. ``on_wait`` is told what the
+    leave waits on whenever that changes ("drain of job 12 (alice, train)"), for progress.
     """
+    said = on_wait or (lambda _what: None)
     clk = clock or RealClock()
     start = clk.monotonic()
     names = list(dict.fromkeys(nodes))
@@ -128,6 +138,7 @@ def leave(
 
     active = poll()
     while active and clk.monotonic() - start < deadline_s:
+        said(waiting_on(active, deadline_s))
         clk.sleep(min(poll_s, max(0.0, deadline_s - (clk.monotonic() - start))))
         active = poll()
 
@@ -151,6 +162,7 @@ def leave(
     settle_until = clk.monotonic() + settle_s
     requeued = [j for j, o in outcome.items() if o.action == "requeued"]
     if any(o.action not in ("still_running", "failed") for o in outcome.values()) or not active:
+        said("Slurm to settle the node (drained, " + ("requeued jobs pending)" if requeued else "no job left)"))
         while True:
             states = driver.nodes(names)
             settled = all(n.state.drained or n.state.base == "down" for n in states)

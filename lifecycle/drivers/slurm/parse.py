@@ -100,6 +100,7 @@ def node_from_record(rec: Mapping[str, str]) -> SlurmNode:
         cpus=_int(rec.get("CPUTot")),
         alloc_cpus=_int(rec.get("CPUAlloc")),
         real_memory_mb=_int(rec.get("RealMemory")),
+        slurmd_start=rec.get("SlurmdStartTime") if rec.get("SlurmdStartTime") not in (None, "", "None") else None,
     )
 
 
@@ -240,7 +241,15 @@ def node_from_rest(obj: Mapping[str, Any]) -> SlurmNode:
         cpus=int(obj.get("cpus") or 0),
         alloc_cpus=int(obj.get("alloc_cpus") or 0),
         real_memory_mb=int(obj.get("real_memory") or 0),
+        slurmd_start=_rest_time(obj.get("slurmd_start_time")),
     )
+
+
+def _rest_time(value: Any) -> str | None:
+    """A slurmrestd time: a number (v0.0.39) or ``{"set", "number"}`` (v0.0.40 and later); None when unset."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return str(value) if value not in (None, 0, "") else None
 
 
 def job_from_rest(obj: Mapping[str, Any]) -> SlurmJob:

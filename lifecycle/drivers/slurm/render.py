@@ -1,4 +1,4 @@
-"""Slurm configuration from the inventory: slurm.conf, gres.conf, topology.conf, cgroup.conf.
+"""Slurm configuration from the inventory: slurm.conf, gres.conf, topology.conf, cgroup.conf, slurmdbd.conf.
 
 The inventory is the source of truth for hardware and pool membership, and
 ``scontrol reconfigure`` resets runtime changes to what the files say, so the
@@ -9,7 +9,9 @@ pool move will do.
 
 ``RenderOptions`` carries the site-level settings the inventory does not
 hold. Its defaults describe a production cluster (cgroups, NVML detection,
-munge); the lab overrides the few that differ on one machine.
+munge, accounting through slurmdbd, configless slurmd); the lab overrides
+the few that differ on one machine. The accounting half (slurmdbd.conf and
+the ``AccountingStorage*`` lines) lives in :mod:`render_dbd`.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Literal
 
 from lifecycle.drivers.slurm.conf_check import RenderError, check_names, check_options, check_rendered
 from lifecycle.drivers.slurm.hostlist import compress
+from lifecycle.drivers.slurm.render_dbd import accounting_lines, render_slurmdbd_conf
 from lifecycle.model.inventory import Inventory, Node
 from lifecycle.model.skus import SKUS
 
-__all__ = ["RenderError", "RenderOptions", "RenderedConfig", "block_sizes", "features", "lendable_nodes", "render",
-           "render_cgroup_conf", "render_gres_conf", "render_slurm_conf", "render_topology_block",
-           "render_topology_tree", "slurm_nodes"]
+__all__ = ["RenderError", "RenderOptions", "RenderedConfig", "block_sizes", "features", "lendable_nodes", "node_line",
+           "render",
+           "render_cgroup_conf", "render_gres_conf", "render_slurm_conf", "render_slurmdbd_conf",
+           "render_topology_block", "render_topology_tree", "slurm_nodes"]
 
 Topology = Literal["tree", "block"]
 
@@ -40,7 +44,28 @@ class RenderOptions:
     """Defaults to the inventory's site name."""
     controller: str = "slurmctld"
     controller_addr: str | None = None
+    backup_controller: str | None = None
+    """A second ``SlurmctldHost``: the backup slurmctld, sharing ``state_dir`` with the primary."""
+    backup_controller_addr: str | None = None
     slurmctld_port: int | None = None
+    slurmctld_timeout_s: int | None = None
+    """How long the backup waits for a silent primary before it takes over (Slurm's default: 120)."""
+    configless: bool = True
+    """``SlurmctldParameters=enable_configless``: slurmd started with ``--conf-server`` fetches its files."""
+    accounting: bool = True
+    """Job accounting through slurmdbd (``slurmdbd.conf`` is rendered too)."""
+    dbd_host: str | None = None
+    """Where slurmdbd runs (``DbdHost``); defaults to the controller."""
+    dbd_addr: str | None = None
+    dbd_port: int | None = None
+    storage_host: str = "localhost"
+    """The MariaDB server slurmdbd writes to (``localhost``: its Unix socket)."""
+    storage_port: int | None = None
+    storage_user: str | None = None
+    """The database user (defaults to ``slurm_user``; authenticated by its Unix socket, so no password)."""
+    storage_loc: str = "slurm_acct_db"
+    dbd_extra: tuple[str, ...] = ()
+    """Further slurmdbd.conf lines, appended verbatim."""
     state_dir: str = "/var/spool/slurmctld"
     spool_dir: str = "/var/spool/slurmd"
     log_dir: str = "/var/log/slurm"
@@ -119,6 +144,7 @@ def render(inv: Inventory, opts: RenderOptions | None = None) -> RenderedConfig:
         check_names(features(node), f"node {node.name}: feature")
     files = {
         "slurm.conf": render_slurm_conf(inv, opts),
+        **({"slurmdbd.conf": render_slurmdbd_conf(opts)} if opts.accounting else {}),
         "gres.conf": render_gres_conf(inv, opts),
         "cgroup.conf": render_cgroup_conf(),
         "topology.conf": (
@@ -126,6 +152,11 @@ def render(inv: Inventory, opts: RenderOptions | None = None) -> RenderedConfig:
         ),
     }
     return RenderedConfig(files={name: check_rendered(name, text) for name, text in files.items()})
+
+
+def node_line(node: Node, opts: RenderOptions | None = None) -> str:
+    """The ``NodeName=`` line slurm.conf defines ``node`` with (a site's registration hook gets it)."""
+    return check_rendered("slurm.conf", _node_line(node, opts or RenderOptions(), cloud=False) + "\n").rstrip("\n")
 
 
 def _node_line(node: Node, opts: RenderOptions, cloud: bool) -> str:
@@ -155,12 +186,20 @@ def render_slurm_conf(inv: Inventory, opts: RenderOptions) -> str:
         f"ClusterName={opts.cluster_name or inv.site.name}",
         f"SlurmctldHost={opts.controller}"
         + (f"({opts.controller_addr})" if opts.controller_addr else ""),
+    ]
+    if opts.backup_controller:
+        # The backup takes over when the primary stops answering; both share StateSaveLocation.
+        lines.append(f"SlurmctldHost={opts.backup_controller}"
+                     + (f"({opts.backup_controller_addr})" if opts.backup_controller_addr else ""))
+    lines += [
         f"SlurmUser={opts.slurm_user}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
     ]
     if opts.slurmctld_port:
         lines.append(f"SlurmctldPort={opts.slurmctld_port}")
+    if opts.slurmctld_timeout_s is not None:
+        lines.append(f"SlurmctldTimeout={opts.slurmctld_timeout_s}")
     if opts.auth_socket:
         lines.append(f"AuthInfo=socket={opts.auth_socket}")
     if opts.jwt_key:
@@ -181,9 +220,11 @@ def render_slurm_conf(inv: Inventory, opts: RenderOptions) -> str:
         f"TopologyPlugin=topology/{opts.topology}",
         "ReturnToService=2",
         "SchedulerType=sched/backfill",
+        *accounting_lines(opts),
     ]
     if opts.config_overrides:
         lines.append("SlurmdParameters=config_overrides")
+    ctld_params = ["enable_configless"] if opts.configless else []
     if lendable:
         # Lendable nodes move to Kubernetes through Slurm's power saving: an idle
         # node is "suspended" (lent), a job that needs it "resumes" it (taken back).
@@ -196,11 +237,14 @@ def render_slurm_conf(inv: Inventory, opts: RenderOptions) -> str:
             f"ResumeTimeout={opts.resume_timeout_s}",
             # Without this, powered-down CLOUD nodes are hidden from sinfo/scontrol.
             "PrivateData=cloud",
-            "SlurmctldParameters=idle_on_node_suspend,"
-            f"power_save_interval={opts.power_save_interval_s},power_save_min_interval=0",
         ]
+        ctld_params += ["idle_on_node_suspend", f"power_save_interval={opts.power_save_interval_s}",
+                        "power_save_min_interval=0"]
         if others:
             lines.append(f"SuspendExcNodes={compress(others)}")
+    if ctld_params:
+        # One line: a second SlurmctldParameters would replace the first.
+        lines.append(f"SlurmctldParameters={','.join(ctld_params)}")
     lines += list(opts.extra)
     lines.append("")
     lines += [_node_line(n, opts, n.name in lendable) for n in nodes]

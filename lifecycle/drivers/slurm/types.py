@@ -122,6 +122,13 @@ class NodeState:
     def responding(self) -> bool:
         return "NOT_RESPONDING" not in self.flags
 
+    @property
+    def serving(self) -> bool:
+        """Slurm would start a job on the node now: up, responding, not drained, down or powered down."""
+        return (self.base in ("idle", "allocated", "mixed", "completing") and self.responding and not self.drain
+                and not self.powered_down and not self.flags & {"POWER_DOWN", "POWERING_DOWN", "POWERING_UP", "FAIL",
+                                                                "REBOOT_ISSUED"})
+
     def __str__(self) -> str:
         return "+".join([self.base, *sorted(self.flags)])
 
@@ -177,6 +184,8 @@ class SlurmNode:
     cpus: int = 0
     alloc_cpus: int = 0
     real_memory_mb: int = 0
+    slurmd_start: str | None = None
+    """When the node's slurmd last started (``SlurmdStartTime``): it changes when the node has rebooted."""
 
     @property
     def owner(self) -> DrainOwner:

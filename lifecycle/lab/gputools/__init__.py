@@ -2,7 +2,7 @@
 
 A simulated node has no GPU, yet burn-in, acceptance and health checks must
 run on it unchanged. These tools stand in for `nvidia-smi`, `dcgmi`, the
-nccl-tests binaries, `ibstat`, `ibv_devinfo` and `dmesg`, answering in the
+nccl-tests binaries, `ibstat`, `ibv_devinfo`, `dmesg` and `nvme` (list, sanitize-log), answering in the
 real tools' output formats (modelled on captured output in
 ``../shared/fixtures``) for the node's SKU and its current fault profile.
 
@@ -25,4 +25,5 @@ TOOLS = (
     "dmesg",
     "dmidecode",
     "mpirun",
+    "nvme",
 )

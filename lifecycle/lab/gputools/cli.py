@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, mpirun, multinode, nccl, nvsmi, timing
+from lifecycle.lab.gputools import TOOLS, dcgmi, dmesg, ib, mpirun, multinode, nccl, nvme, nvsmi, reset, timing
 from lifecycle.lab.gputools.state import NODE_FILE, NodeState, load
 
 LAUNCHER = "gputool"
@@ -40,13 +40,36 @@ def run(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str] | Non
     """The tool's output and exit code, after the real tool's time when the lab asks for it
     (:mod:`lifecycle.lab.gputools.timing`)."""
     env = os.environ if env is None else env
-    text, code = _answer(tool, argv, node_dir, env)
-    scale, table = timing.settings(node_dir, env)
-    if scale > 0:
-        seconds = scale * timing.tool_seconds(tool, argv, text, table)
-        if seconds > 0:
-            sleep(seconds)
+    with reset.using_gpus(node_dir, tool):
+        if _is_reset(tool, argv):
+            scale, table = timing.settings(node_dir, env)
+            if scale > 0:  # the reset takes its time before it answers (the GPU is checked when it ends)
+                sleep(scale * table["nvidia-smi.reset"])
+            return _reset(argv, node_dir)
+        text, code = _answer(tool, argv, node_dir, env)
+        scale, table = timing.settings(node_dir, env)
+        if scale > 0:
+            seconds = scale * timing.tool_seconds(tool, argv, text, table)
+            if seconds > 0:
+                sleep(seconds)
     return text, code
+
+
+def _is_reset(tool: str, argv: list[str]) -> bool:
+    return tool == "nvidia-smi" and ("-r" in argv or "--gpu-reset" in argv)
+
+
+def _reset(argv: list[str], node_dir: Path) -> tuple[str, int]:
+    """``nvidia-smi -r [-i ID]`` (or ``--gpu-reset``); nothing else may be asked with it."""
+    rest = [a for a in argv if a not in ("-r", "--gpu-reset")]
+    wanted = None
+    if rest[:1] in (["-i"], ["--id"]) and len(rest) == 2:
+        wanted = rest[1]
+    elif len(rest) == 1 and rest[0].startswith("--id="):
+        wanted = rest[0].split("=", 1)[1]
+    elif rest:
+        return f"Invalid combination of input arguments: {' '.join(rest)}\n", nvsmi.INVALID_ARGUMENT
+    return reset.reset(node_dir, wanted)
 
 
 def _answer(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) -> tuple[str, int]:
@@ -54,6 +77,8 @@ def _answer(tool: str, argv: list[str], node_dir: Path, env: Mapping[str, str]) 
         return _nccl(tool, argv, node_dir, env)
     if tool == "mpirun":
         return mpirun.main(argv, node_dir)
+    if tool == "nvme":
+        return nvme.main(argv, node_dir)
     s = load(node_dir)
     if tool == "nvidia-smi":
         return nvsmi.main(argv, s)

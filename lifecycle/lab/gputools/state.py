@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from lifecycle.lab.faults import Fault, read_fault
+from lifecycle.lab.faults import FAULT_FILE, Fault, logged_faults, read_fault
 
 NODE_FILE = "node.json"
 
@@ -133,6 +133,10 @@ class NodeState:
     gpus: tuple[Gpu, ...]
     hcas: tuple[Hca, ...]
     serial: str | None = None  # the system serial its firmware states (the inventory's), for dmidecode
+    fault_at: float | None = None  # when the fault was set (its file's mtime): when the kernel logged it
+    logged: tuple[tuple[float, Gpu], ...] = ()
+    """GPUs as a fault a reset has since cleared left them, with when the kernel logged it: their Xid lines
+    stay in the kernel log until the next boot, as a real log's do."""
 
     @property
     def model(self) -> GpuModel:
@@ -200,14 +204,26 @@ def load(node_dir: Path) -> NodeState:
     if model_name not in MODELS:
         raise SystemExit(f"gputools: unknown GPU model {model_name!r} in {node_dir / NODE_FILE}")
     ports = int(facts["ib_ports"])
+    booted_at = float(facts.get("booted_at") or 0.0)
+    logged = tuple((e.at, _gpu(name, e.fault.gpu, model_name, e.fault)) for e in logged_faults(node_dir)
+                   if e.fault.gpu < int(facts["gpu_count"]))
     return NodeState(
         name=name,
         gpu_model=model_name,
         driver_version=str(facts.get("driver_version", "550.127.08")),
         cuda_version=str(facts.get("cuda_version", "12.4")),
-        booted_at=float(facts.get("booted_at") or 0.0),
+        booted_at=booted_at,
         fault=fault,
         gpus=tuple(_gpu(name, i, model_name, fault) for i in range(int(facts["gpu_count"]))),
         hcas=tuple(_hca(name, i, int(facts["ib_rate_gbps"]), fault, ports) for i in range(ports)),
         serial=str(facts["serial"]) if facts.get("serial") else None,
+        fault_at=_mtime(node_dir / FAULT_FILE),
+        logged=logged,
     )
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None

@@ -26,7 +26,8 @@ Durations, for an 8-GPU node:
   NCCL bootstrap and topology search; not measured here).
 * ``nvidia-smi``, ``ibstat``, ``ibv_devinfo``, ``dmesg``: 2, 0.2, 0.2 and 0.1 s
   (project estimates; ``nvidia-smi -q`` on 8 GPUs queries every device through NVML);
-  a ``--version`` probe of any tool: 0.1 s.
+  a ``--version`` probe of any tool: 0.1 s. ``nvidia-smi -r`` of an 8-GPU node: 20 s (project
+  estimate: a function-level reset of each GPU and the driver's re-initialisation; not measured here).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ SECONDS: dict[str, float] = {
     "dcgmi.r4": 8100.0,
     "nccl.init": 10.0,
     "nvidia-smi": 2.0,
+    "nvidia-smi.reset": 20.0,
     "ibstat": 0.2,
     "ibv_devinfo": 0.2,
     "dmesg": 0.1,

@@ -101,7 +101,9 @@ def _simple_update(state: BmcState, owner: str, desc: Resource, body: Resource) 
 def _secure_erase(state: BmcState, owner: str, desc: Resource, body: Resource) -> Reply:
     """A sanitize that takes time: the drive is ``Updating`` with a Sanitize in ``Operations`` until its
     Task ends; then ``Enabled`` and healthy, or ``Critical`` when the task failed or a fault says the
-    erase left data behind (``erase_leaves_data``: the task itself reports success)."""
+    erase left data behind (``erase_leaves_data``: the task itself reports success). The drive's own
+    account (its Sanitize Status log, ``on_erase``) changes unless ``erase_not_done``: a BMC that
+    reports an erase it never sent to the drive."""
     drive = state.writable(owner)
     if any(op.get("Operation") == "Sanitize" for op in drive.get("Operations") or []):
         return error(409, "Base.1.8.ResourceInUse", f"A secure erase of {drive.get('Id')} is already running.")
@@ -109,6 +111,8 @@ def _secure_erase(state: BmcState, owner: str, desc: Resource, body: Resource) -
 
     def done(ok: bool) -> list[str]:
         degraded = not ok or state.faults.erase_leaves_data
+        if state.on_erase is not None and not (ok and state.faults.erase_not_done):
+            state.on_erase(state.config.name, str(drive.get("SerialNumber", "")), ok)  # what the drive itself saw
         drive["Status"] = {"State": "Enabled", "Health": "Critical" if degraded else "OK"}
         drive["Operations"] = []
         state.log_event(f"Secure erase of drive {drive.get('Id')} {'finished' if ok else 'failed'}.",

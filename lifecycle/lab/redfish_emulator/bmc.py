@@ -29,6 +29,8 @@ from lifecycle.lab.redfish_emulator.task_service import task_service_overlay
 from lifecycle.lab.redfish_emulator.tree import Resource, VendorTree, load_tree, norm
 
 PowerHook = Callable[[str, str, str], None]
+EraseHook = Callable[[str, str, bool], None]
+"""(BMC name, drive serial, ok): a secure erase reached the drive and ended well (or failed)."""
 Scheduler = Callable[[float, Callable[[], None]], None]
 # Fetch(url, done): download ``url`` off the event loop, then ``done(data, "")`` or
 # ``done(None, why)`` on it (SimpleUpdate's image; see update_service.py).
@@ -76,8 +78,9 @@ class BmcState:
     """Everything one BMC remembers. Not thread-safe: the server's event loop owns it."""
 
     def __init__(self, config: BmcConfig, *, schedule: Scheduler,
-                 on_power: PowerHook | None = None) -> None:
+                 on_power: PowerHook | None = None, on_erase: EraseHook | None = None) -> None:
         self.config = config
+        self.on_erase = on_erase
         self.faults: Faults = config.faults
         self.tree: VendorTree = load_tree(config.tree, normalised=not config.as_captured)
         self.schedule = schedule

@@ -24,6 +24,9 @@ class Faults:
     * ``expire_sessions``: drop every session now (one shot), so the next call gets 401;
     * ``fail_tasks``: tasks (firmware update, secure erase) end in ``Exception``;
     * ``erase_leaves_data``: secure erase reports success but the drive reads back degraded;
+    * ``erase_not_done``: secure erase reports success, the drive reads back healthy, and nothing
+      was erased (a BMC that lies): only the drive's own Sanitize Status log, read from the booted
+      node, shows it (never sanitized);
     * ``update_keeps_version``: a firmware update's task completes and installs nothing (a BMC
       that staged the image and never applied it: only reading the version back shows it);
     * ``bios_settings_fail``: staged BIOS settings are not applied at boot (they stay pending,
@@ -41,6 +44,7 @@ class Faults:
     expire_sessions: bool = False
     fail_tasks: bool = False
     erase_leaves_data: bool = False
+    erase_not_done: bool = False
     update_keeps_version: bool = False
     bios_settings_fail: bool = False
     echo_request: bool = False

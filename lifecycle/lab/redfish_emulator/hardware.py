@@ -106,6 +106,11 @@ def _gpu_pcie(path: str, index: int, hw: ExtraHardware) -> dict[str, Resource]:
     }
 
 
+def drive_serial(hw: ExtraHardware, index: int) -> str:
+    """The serial number of drive ``index`` (what the Drive resource says, and the lab's node sees)."""
+    return f"{hw.serial_prefix}NVME{index:04d}"
+
+
 def _drive(path: str, index: int, hw: ExtraHardware) -> Resource:
     return {
         "@odata.id": path,
@@ -115,7 +120,7 @@ def _drive(path: str, index: int, hw: ExtraHardware) -> Resource:
         "Description": SYNTHETIC,
         "Manufacturer": "Samsung",
         "Model": hw.drive_model,
-        "SerialNumber": f"{hw.serial_prefix}NVME{index:04d}",
+        "SerialNumber": drive_serial(hw, index),
         "CapacityBytes": hw.drive_capacity_bytes,
         "Protocol": "NVMe",
         "MediaType": "SSD",

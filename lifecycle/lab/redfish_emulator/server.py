@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
 from lifecycle.lab.redfish_emulator import actions, bios_settings, dispatch, update_service
-from lifecycle.lab.redfish_emulator.bmc import BmcState, PowerHook, Reply, error
+from lifecycle.lab.redfish_emulator.bmc import BmcState, EraseHook, PowerHook, Reply, error
 from lifecycle.lab.redfish_emulator.config import BmcConfig, Faults
 from lifecycle.lab.redfish_emulator.tree import norm
 
@@ -73,13 +73,16 @@ class RedfishEmulator:
     """Serve ``bmcs`` from one event loop, in a background thread (``start``) or the caller's."""
 
     def __init__(self, bmcs: Sequence[BmcConfig], *, tls: bool = False,
-                 on_power: PowerHook | None = None, cert_dir: Path | None = None) -> None:
+                 on_power: PowerHook | None = None, cert_dir: Path | None = None,
+                 on_erase: EraseHook | None = None) -> None:
         names = [b.name for b in bmcs]
         if len(set(names)) != len(names):
             raise ValueError("BMC names must be unique")
         self.configs = list(bmcs)
         self.tls = tls
         self.on_power = on_power
+        self.on_erase = on_erase
+        """Called when a secure erase reaches a drive (the lab writes the node's drive state)."""
         self._cert_dir = cert_dir
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.cert_path: Path | None = None
@@ -104,7 +107,7 @@ class RedfishEmulator:
         await self._runner.setup()
         scheme = "https" if self.tls else "http"
         for config in self.configs:
-            state = BmcState(config, schedule=self._schedule, on_power=self._power_hook)
+            state = BmcState(config, schedule=self._schedule, on_power=self._power_hook, on_erase=self.on_erase)
             state.fetch = self._fetch
             if not config.as_captured:  # as captured means no resources of the emulator's own
                 update_service.install_inventory(state)

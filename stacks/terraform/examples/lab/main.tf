@@ -33,7 +33,10 @@ resource "racklife_node" "node" {
   for_each = var.node_pools
   name     = each.key
   pool     = local.pools[each.value]
-  image    = var.image
+  image    = lookup(var.node_images, each.key, var.image)
+  # A node's firmware baseline (component -> version), each component's image from var.firmware_files.
+  firmware       = try(var.node_firmware[each.key], null)
+  firmware_files = contains(keys(var.node_firmware), each.key) ? var.firmware_files : null
 }
 
 data "racklife_node" "observed" {

@@ -5,9 +5,15 @@ variable "images" {
 }
 
 variable "image" {
-  description = "The image every node runs."
+  description = "The image every node runs: NAME, or NAME:VERSION to pin a version."
   type        = string
   default     = "minimal"
+}
+
+variable "node_images" {
+  description = "Node name -> its own image (NAME or NAME:VERSION), over var.image. A change is a reimage."
+  type        = map(string)
+  default     = {}
 }
 
 variable "node_pools" {
@@ -25,4 +31,16 @@ variable "training_min_nodes" {
   description = "The training pool's floor: a role swap that would leave fewer nodes in service is refused."
   type        = number
   default     = 1
+}
+
+variable "node_firmware" {
+  description = "Node name -> its firmware baseline (component -> version). A change is a firmware update."
+  type        = map(map(string))
+  default     = {}
+}
+
+variable "firmware_files" {
+  description = "Component -> the firmware image on this machine that installs the baseline's version."
+  type        = map(string)
+  default     = {}
 }
