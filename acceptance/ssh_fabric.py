@@ -14,7 +14,10 @@ reads those. Three things fabric does not do the OpenSSH way, and this module do
   password: what ``IdentitiesOnly`` and ``BatchMode`` ask of ssh.
 * **Errors are outcomes.** A refused connection, a rejected key or host key, a proxy
   that fails: each comes back as exit status 255 with the reason, as ssh reports them,
-  so :func:`acceptance.fanout.run_node` turns it into an ``unreachable`` node.
+  so :func:`acceptance.fanout.run_node` turns it into an ``unreachable`` node. paramiko
+  also logs such a failure from its transport thread, with a traceback, which Python's
+  last-resort handler printed on a command's stderr (a node probed while it reboots):
+  its logger gets a handler that drops what nothing else handles.
 
 Results are fetched over SFTP (a directory walk that copies regular files only and
 never follows a link out of the directory), not through a tar stream.
@@ -23,6 +26,7 @@ never follows a link out of the directory), not through a tar stream.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import shlex
 import stat
@@ -40,7 +44,28 @@ from invoke.exceptions import CommandTimedOut
 
 from acceptance.fanout import SSH_UNREACHABLE, RemoteRun, Target
 
+logging.getLogger("paramiko").addHandler(logging.NullHandler())  # the outcome says it; a configured log keeps it
+
 _CONNECT_ERRORS = (paramiko.SSHException, OSError, EOFError)
+HANDSHAKE_ATTEMPTS = 3  # a handshake cut off before the banner: tried this often (FabricSSH._open)
+HANDSHAKE_BACKOFF_S = 1.0
+# How long past a command's timeout the connection may stay silent before it is cut. invoke's timeout
+# covers only a command that has started: opening the session and sending the command happen before its
+# timer, and paramiko waits for a session up to an hour (channel_timeout) and for the command's start
+# forever, so a node that stops answering on an open connection (hung, or cut off mid-session) held its
+# acceptance run for ever.
+STALL_GRACE_S = 5.0
+
+
+_CUT_OFF_IN_AUTH = ("transport shut down or saw EOF", "Authentication timeout")
+"""What paramiko's AuthenticationException says when no answer to the key came (the server closed the
+connection, or did not answer in ``auth_timeout``), unlike a server that answered no ("Authentication
+failed.")."""
+
+
+def cut_off_in_auth(exc: paramiko.AuthenticationException) -> bool:
+    """The authentication did not end in the server's answer: the connection broke off during it."""
+    return any(m in str(exc) for m in _CUT_OFF_IN_AUTH)
 
 
 class HostKeyRejected(paramiko.SSHException):
@@ -134,10 +159,36 @@ class FabricSSH:
             return cached.conn
         if cached is not None:
             self.release(target)
-        opened = self._connect(target)
+        opened = self._open(target)
         with self._lock:
             self._pool[target] = opened
         return opened.conn
+
+    def _open(self, target: Target) -> _Open:
+        """Connect, trying again when the handshake broke off before any command ran.
+
+        An sshd that has just started after a reboot, or is slow under load, can drop a
+        connection before its banner ("Error reading SSH protocol banner", EOF, reset): a
+        node whose re-test began that way was quarantined though nothing had run on it. Only
+        those are tried again (:data:`HANDSHAKE_ATTEMPTS`), as is a connection the server
+        dropped during authentication (paramiko calls that an authentication failure too); a
+        refused or timed-out TCP connection (nothing listening, a node that is down) and a
+        rejected key or host key are answers, reported at once.
+        """
+        for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
+            try:
+                return self._connect(target)
+            except paramiko.AuthenticationException as exc:
+                if not cut_off_in_auth(exc) or attempt == HANDSHAKE_ATTEMPTS:
+                    raise
+                time.sleep(HANDSHAKE_BACKOFF_S * attempt)
+            except (paramiko.BadHostKeyException, HostKeyRejected):
+                raise
+            except (paramiko.SSHException, EOFError, ConnectionResetError):
+                if attempt == HANDSHAKE_ATTEMPTS:
+                    raise
+                time.sleep(HANDSHAKE_BACKOFF_S * attempt)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def release(self, target: Target) -> None:
         """Close the node's connection (and its proxy), if one is open."""
@@ -152,8 +203,12 @@ class FabricSSH:
 
     def _unreachable(self, target: Target, exc: BaseException) -> RemoteRun:
         self.release(target)
-        what = "authentication failed (key rejected)" if isinstance(exc, paramiko.AuthenticationException) \
-            else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, paramiko.AuthenticationException) and not cut_off_in_auth(exc):
+            what = "authentication failed (key rejected)"
+        elif isinstance(exc, paramiko.AuthenticationException):
+            what = f"the connection was cut off during authentication ({exc})"
+        else:
+            what = f"{type(exc).__name__}: {exc}"
         return RemoteRun(SSH_UNREACHABLE, b"", f"ssh to {target.host}: {what}")
 
     def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:
@@ -164,13 +219,23 @@ class FabricSSH:
             return self._unreachable(target, exc)
         limit = max(1, math.ceil(timeout_s))
         t0 = time.monotonic()
+        stalled = threading.Event()
+        watchdog = threading.Timer(limit + STALL_GRACE_S, _cut, args=(conn, stalled))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             res = conn.run(command, hide=True, warn=True, timeout=limit, in_stream=False)
         except CommandTimedOut as exc:
             self.release(target)
             return RemoteRun(None, exc.result.stdout.encode(), exc.result.stderr, True)
-        except _CONNECT_ERRORS as exc:  # the connection dropped mid-run
+        except _CONNECT_ERRORS as exc:  # the connection dropped mid-run, or stalled and was cut
+            if stalled.is_set():
+                self.release(target)
+                return RemoteRun(None, b"", f"ssh to {target.host}: no answer within {limit} s "
+                                 "(the connection stalled; cut)", True)
             return self._unreachable(target, exc)
+        finally:
+            watchdog.cancel()
         if res.exited == -1 and time.monotonic() - t0 >= limit:
             # invoke's timer closed the channel before it could report the timeout itself
             self.release(target)
@@ -192,6 +257,14 @@ class FabricSSH:
         except _CONNECT_ERRORS as exc:
             self.release(target)
             return f"{type(exc).__name__}: {exc}"
+
+
+def _cut(conn: Connection, stalled: threading.Event) -> None:
+    """The watchdog's end of a stalled run: close the connection, so every wait on it ends."""
+    stalled.set()
+    with contextlib.suppress(*_CONNECT_ERRORS):
+        if conn.transport is not None:
+            conn.transport.close()
 
 
 def _close(opened: _Open) -> None:

@@ -9,10 +9,14 @@ over HTTP (optional), phones home (optional: a URL or a callable), starts an
 OpenSSH ``sshd`` in its namespace (key auth only, its own hostname), and runs
 the lab's boot hooks (the assembly starts slurmd there). Powering off is
 pulling the plug: shutdown hooks run, then every process in the node's
-namespace is killed.
+namespace is killed, and the faults a reboot clears (a GPU fallen off the bus) are gone
+(``lifecycle.lab.faults.CLEARED_BY``).
 
 The node's directory holds its facts for the fake tools (``node.json``), its
-fault (``fault.json``), its ``bin/`` and its SSH host key and sshd config.
+fault (``fault.json``), its ``bin/`` and its SSH host key and sshd config. The
+GPU driver its tools report is the one loaded at its last boot: the lab's
+driver install hook (``lifecycle.lab.driver_install``) changes what is on its
+disk, and the next boot loads that.
 """
 
 from __future__ import annotations
@@ -27,18 +31,25 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lifecycle.lab import netns
-from lifecycle.lab.faults import HEALTHY, Fault, read_fault, write_fault
+from lifecycle.lab.driver_install import installed as installed_driver
+from lifecycle.lab.faults import HEALTHY, Fault, clear_faults, read_fault, write_fault
 from lifecycle.lab.gputools.cli import install as install_tools
 from lifecycle.lab.gputools.state import NODE_FILE
 from lifecycle.model.skus import SKUS
 
 Hook = Callable[[str], None]
-_SETHOSTNAME = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+_SETHOSTNAME = ("import os, socket, subprocess, sys; socket.sethostname(sys.argv[1]); "
+                "subprocess.run(['mount', '--bind', sys.argv[2], sys.argv[3]], check=True); "
+                "os.execv(sys.argv[4], sys.argv[4:])")
+"""Run in the node's own UTS and mount namespaces: its hostname, and its boot id (a new one at each boot,
+bound over the kernel's, which the lab's nodes share), then sshd."""
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 """The racklife checkout this lab runs from: a node's burn-in and fake tools import the same code
@@ -167,6 +178,8 @@ class SimNode:
         self.state = "off"
         """off | booting | up | boot_failed"""
         self.boot_error: str | None = None
+        self.driver = installed_driver(self.dir) or DRIVER_VERSION
+        """The GPU driver loaded at the last boot: what the fake tools report."""
 
     @property
     def name(self) -> str:
@@ -195,7 +208,12 @@ class SimNode:
             "UsePAM no",
             "StrictModes no",
             "PrintMotd no",
-            f"SetEnv PATH={self.dir / 'bin'}:{SYSTEM_PATH} RACKLIFE_NODE={self.name} PYTHONPATH={SOURCE_ROOT}",
+            # RACKLIFE_SYSFS/RACKLIFE_DEV: the node's drives are files in its directory (gputools/nvme.py).
+            # SHLVL=1: bash run by sshd reads the host's ~/.bashrc only as a top-level shell; the lab's nodes
+            # share the host's /root, whose rc files are not the node's (a pyenv init there waited 60 s on a
+            # lock that a killed session had left, in every command of every node).
+            f"SetEnv PATH={self.dir / 'bin'}:{SYSTEM_PATH} RACKLIFE_NODE={self.name} PYTHONPATH={SOURCE_ROOT} "
+            f"RACKLIFE_SYSFS={self.dir / 'sys'} RACKLIFE_DEV={self.dir / 'dev'} SHLVL=1",
             "Subsystem sftp internal-sftp",
             "",
         ]), encoding="utf-8")
@@ -203,7 +221,7 @@ class SimNode:
     def _write_facts(self, booted_at: float | None) -> None:
         sku = SKUS[self.spec.sku]
         facts = {"name": self.name, "sku": sku.name, "gpu_model": sku.gpu_model, "gpu_count": sku.gpu_count,
-                 "ib_ports": sku.ib_ports, "ib_rate_gbps": sku.ib_rate_gbps, "driver_version": DRIVER_VERSION,
+                 "ib_ports": sku.ib_ports, "ib_rate_gbps": sku.ib_rate_gbps, "driver_version": self.driver,
                  "cuda_version": CUDA_VERSION, "address": self.net.address, "mac": self.net.mac,
                  "booted_at": booted_at, "serial": self.spec.serial}
         tmp = self.dir / f".{NODE_FILE}.tmp"
@@ -260,6 +278,7 @@ class SimNode:
             with self._lock:
                 if cancel.is_set():
                     return
+                self.driver = installed_driver(self.dir) or self.driver  # the boot loads what is on disk
                 self._write_facts(booted_at)
                 self._start_sshd()
             for hook in self.on_boot:
@@ -337,10 +356,15 @@ class SimNode:
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir sshd insists on
         log = (self.dir / "ssh" / "sshd.log").open("ab")
+        boot = self.dir / "ssh" / "boot_id"
+        tmp = boot.with_name(".boot_id.tmp")
+        tmp.write_text(f"{uuid.uuid4()}\n", encoding="ascii")
+        tmp.replace(boot)  # a new file: a mount of the boot before keeps its own
         try:
             self._sshd = subprocess.Popen(
                 netns.exec_argv(self.net.netns, [
-                    "unshare", "--uts", "--", sys.executable, "-c", _SETHOSTNAME, self.name,
+                    "unshare", "--uts", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+                    _SETHOSTNAME, self.name, str(boot), BOOT_ID,
                     sshd, "-D", "-e", "-f", str(self.dir / "ssh" / "sshd_config"),
                 ]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -382,6 +406,7 @@ class SimNode:
                     self._sshd.wait(timeout=10)
                     self._sshd = None
                 self._write_facts(booted_at=None)
+                clear_faults(self.dir, "reboot")  # power gone: the GPUs come back as a reboot leaves them
                 self.state = "off"
                 self._up.clear()
 

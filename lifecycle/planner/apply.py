@@ -6,7 +6,8 @@ and runs it for those nodes: one run per node (``join``, ``power-on``,
 ``leave``, ``reimage``: leave, reprovision, re-test and rejoin in one run),
 or one run for the group where the action needs them together
 (``accept``: multi-node checks pair nodes of one run). Fan-out is bounded
-(``max_in_flight``); a wave that takes nodes out of service (``leave``)
+(``max_in_flight``); a wave that takes nodes out of service (``leave``, ``reimage``, ``update-firmware``,
+``update-driver``, ``set-bios``, …)
 respects each pool's ``max_unavailable``. A node whose step failed is not
 tried again in this apply; a blocker is never acted through (blocked nodes
 have no steps); a step with no workflow yet stops that node and is reported.
@@ -14,6 +15,7 @@ have no steps); a step with no workflow yet stops that node and is reported.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,14 +25,30 @@ from lifecycle.model.limits import Unavailable as Unavailable  # re-exported: fr
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
-from lifecycle.planner.plan import Action, Plan
+from lifecycle.planner.plan import Action, NodePlan, Plan, Step
 from lifecycle.store import Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
 ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.REIMAGE,
-                             Action.LEAVE, Action.ACCEPT, Action.JOIN, Action.JOIN_KUBE, Action.DECOMMISSION)
-TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL, Action.REIMAGE, Action.DECOMMISSION})
+                             Action.UPDATE_FIRMWARE, Action.UPDATE_DRIVER, Action.SET_BIOS, Action.LEAVE, Action.ACCEPT,
+                             Action.JOIN, Action.JOIN_KUBE, Action.DECOMMISSION)
+TAKES_OUT_OF_SERVICE = frozenset({Action.LEAVE, Action.MOVE_POOL, Action.REIMAGE, Action.UPDATE_FIRMWARE,
+                                  Action.UPDATE_DRIVER, Action.SET_BIOS, Action.DECOMMISSION})
 MAX_WAVES = 12
+# A wave that finds nothing to do while a chosen node is blocked only because a source could not be read
+# (a BMC or Slurm that timed out under load) observes again after each of these pauses before the apply
+# stops: one failed read is not the fleet's state. A source that stays unreadable still blocks.
+UNREADABLE_PAUSES_S: tuple[float, ...] = (1.0, 3.0, 6.0)
+SLURMD_SETTLE_S = 60.0
+"""How long a wave with nothing else to do looks again at a node that Slurm has down while it is powered
+(its slurmd may still be registering after a power cycle) before the down blocks it (fail closed)."""
+SLURMD_SETTLE_POLL_S = 2.0
+
+
+def _registering(n: NodePlan) -> bool:
+    """Blocked only by a down in Slurm that its slurmd's registration may yet end (``down-powered-on``)."""
+    return (any(x.kind == "down-powered-on" for x in n.drift)
+            and all(b.kind in ("foreign-drain", "unreadable") for b in n.blockers))
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,9 @@ class Runner(Protocol):
     """Runs one action for a group of nodes as durable workflows; one Done per node."""
 
     def run(self, action: Action, nodes: Sequence[str], reasons: Mapping[str, str],
-            targets: Mapping[str, str] | None = None) -> list[Done]:
-        """``targets``: node -> what its step goes to (a reimage's ``NAME[:VERSION]``), from the plan."""
+            targets: Mapping[str, str] | None = None, planned: Mapping[str, Step] | None = None) -> list[Done]:
+        """``targets``: node -> what its step goes to (a reimage's ``NAME[:VERSION]``), from the plan;
+        ``planned``: node -> the whole planned step (an update-firmware step's components)."""
         ...
 
 
@@ -65,6 +84,7 @@ class ApplyReport:
     done: list[Done] = field(default_factory=list)
     final: Plan | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # node -> why apply left it
+    blocked: dict[str, str] = field(default_factory=dict)  # node -> what blocked it when the waves stopped
 
     @property
     def converged(self) -> bool:
@@ -108,6 +128,107 @@ def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySet
     return chosen
 
 
+@dataclass(frozen=True)
+class Wave:
+    """What one wave does, decided from fresh observations: ``action`` for ``group``, or nothing (None)."""
+
+    action: Action | None
+    group: tuple[str, ...] = ()
+    reasons: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)
+    planned: dict[str, Step] = field(default_factory=dict)
+    done: tuple[Done, ...] = ()  # carried out while deciding (an enrolment is an import, no run)
+    skipped: dict[str, str] = field(default_factory=dict)  # node -> why this wave leaves it (max unavailable)
+    blocked: dict[str, str] = field(default_factory=dict)  # a wave of nothing: node -> its blockers
+
+
+def decide(store: Store, inv: Inventory | None, names: Sequence[str] | None, sources: observe.Sources,
+           cfg: ApplySettings, failed: frozenset[str], skipped: frozenset[str],
+           only: frozenset[Action] | None = None) -> Wave:
+    """Re-observe and re-plan the chosen nodes; the next wave (an enrolment is done here, at once).
+
+    ``failed``: nodes whose step failed earlier in this apply; ``skipped``: nodes it left for later.
+    """
+    pauses = iter(UNREADABLE_PAUSES_S)
+    settle_until = time.monotonic() + SLURMD_SETTLE_S
+    while True:
+        p = plan_fleet(store, inv, names, sources)
+        ready = {n.node: n.steps[0].action for n in p.nodes if n.node not in failed and n.node not in skipped
+                 and n.steps and n.steps[0].implemented and n.steps[0].action in ORDER
+                 and (only is None or n.steps[0].action in only)}
+        if ready:
+            break
+        open_ = [n for n in p.nodes if n.blockers and n.node not in failed and n.node not in skipped]
+        blocked = {n.node: "; ".join(f"{b.kind}: {b.message}" for b in n.blockers) for n in open_}
+        unreadable = [n for n in open_ if all(b.kind == "unreadable" for b in n.blockers)]
+        pause = next(pauses, None) if unreadable else None
+        if pause is None and any(_registering(n) for n in open_) and time.monotonic() < settle_until:
+            pause = SLURMD_SETTLE_POLL_S
+        if pause is None:
+            return Wave(None, blocked=blocked)
+        time.sleep(pause)
+    action = min(ready.values(), key=ORDER.index)
+    group = sorted(n for n, a in ready.items() if a is action)
+    if action is Action.ENROLL:
+        if inv is None:
+            return Wave(None)
+        store.import_inventory(inv, Actor.OPERATOR, f"racklife apply, by {cfg.operator}")
+        return Wave(action, tuple(group), done=tuple(Done(n, action, True, "", "imported from the inventory")
+                                                     for n in group))
+    left: dict[str, str] = {}
+    group = _within_limits(store, action, group, cfg, left)
+    if not group:
+        return Wave(None, skipped=left)
+    steps = {n.node: n.steps[0] for n in p.nodes if n.node in group}
+    return Wave(action, tuple(group), {n: s.reason for n, s in steps.items()},
+                {n: s.target for n, s in steps.items() if s.target}, steps, skipped=left)
+
+
+class Planning(Protocol):
+    """How the loop decides each wave and plans at the end: here, or as journaled steps of a durable run."""
+
+    def wave(self, failed: frozenset[str], skipped: frozenset[str]) -> Wave: ...
+
+    def final(self) -> Plan: ...
+
+
+@dataclass(frozen=True)
+class PlanHere:
+    store: Store
+    inv: Inventory | None
+    names: Sequence[str] | None
+    sources: observe.Sources
+    cfg: ApplySettings
+    only: frozenset[Action] | None = None
+
+    def wave(self, failed: frozenset[str], skipped: frozenset[str]) -> Wave:
+        return decide(self.store, self.inv, self.names, self.sources, self.cfg, failed, skipped, self.only)
+
+    def final(self) -> Plan:
+        return plan_fleet(self.store, self.inv, self.names, self.sources)
+
+
+def waves(planning: Planning, runner: Runner, say: Callable[[str], None] = lambda _m: None) -> ApplyReport:
+    """The wave loop: decide a wave, run it, until nothing is left that may be done now; plan once more."""
+    report = ApplyReport()
+    failed: set[str] = set()
+    for _wave in range(MAX_WAVES):
+        w = planning.wave(frozenset(failed), frozenset(report.skipped))
+        report.skipped.update(w.skipped)
+        report.done += w.done
+        if w.action is None:
+            report.blocked = dict(w.blocked)
+            break
+        if w.done:
+            continue
+        say(f"{w.action.value}: {', '.join(w.group)}")
+        results = runner.run(w.action, list(w.group), w.reasons, w.targets, w.planned)
+        report.done += results
+        failed |= {d.node for d in results if not d.ok}
+    report.final = planning.final()
+    return report
+
+
 def apply(store: Store, inv: Inventory | None, names: Sequence[str] | None, sources: observe.Sources,
           runner: Runner, cfg: ApplySettings, say: Callable[[str], None] = lambda _m: None,
           only: frozenset[Action] | None = None) -> ApplyReport:
@@ -117,31 +238,4 @@ def apply(store: Store, inv: Inventory | None, names: Sequence[str] | None, sour
     stacks' resources each own a part of a node's plan: a node resource stops at accepted, its pool
     membership joins it).
     """
-    report = ApplyReport()
-    failed: set[str] = set()
-    for _wave in range(MAX_WAVES):
-        p = plan_fleet(store, inv, names, sources)
-        ready = {n.node: n.steps[0].action for n in p.nodes if n.node not in failed and n.node not in report.skipped
-                 and n.steps and n.steps[0].implemented and n.steps[0].action in ORDER
-                 and (only is None or n.steps[0].action in only)}
-        if not ready:
-            break
-        action = min(ready.values(), key=ORDER.index)
-        group = sorted(n for n, a in ready.items() if a is action)
-        reasons = {n.node: n.steps[0].reason for n in p.nodes if n.node in group}
-        targets = {n.node: n.steps[0].target for n in p.nodes if n.node in group and n.steps[0].target}
-        if action is Action.ENROLL:
-            if inv is None:
-                break
-            store.import_inventory(inv, Actor.OPERATOR, f"racklife apply, by {cfg.operator}")
-            report.done += [Done(n, action, True, "", "imported from the inventory") for n in group]
-            continue
-        group = _within_limits(store, action, group, cfg, report.skipped)
-        if not group:
-            break
-        say(f"{action.value}: {', '.join(group)}")
-        results = runner.run(action, group, reasons, targets)
-        report.done += results
-        failed |= {d.node for d in results if not d.ok}
-    report.final = plan_fleet(store, inv, names, sources)
-    return report
+    return waves(PlanHere(store, inv, names, sources, cfg, only), runner, say)

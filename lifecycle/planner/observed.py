@@ -17,7 +17,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from lifecycle.model.inventory import Node, Pool
+from lifecycle.drivers.bmc.base import Capability
+from lifecycle.drivers.bmc.bios_text import as_text, typed_like
+from lifecycle.drivers.bmc.factory import unsupported_reason
+from lifecycle.model.inventory import FirmwareBaseline, Node, Pool
 from lifecycle.model.states import State
 
 
@@ -33,6 +36,10 @@ class Source(StrEnum):
 class BmcSeen:
     power: str  # the driver's PowerState: on | off | powering_on | powering_off | unknown
     firmware: dict[str, str] = field(default_factory=dict)  # component -> version; empty when not read
+    components: tuple[tuple[str, str, str], ...] = ()
+    """Every component read as (name, its id's last part, version): names repeat on some BMCs."""
+    bios: dict[str, bool | int | str] | None = None
+    """The live Bios's values of the attributes the inventory names (one it lacks is absent); None: not read."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class AcceptanceSeen:
     newer_than_provisioning: bool = False
     record: str | None = None
     expires_at: datetime | None = None
+    driver: str | None = None
+    """The NVIDIA driver version the node's GPUs reported in the newest record; None: none, or two."""
 
     @property
     def valid(self) -> bool:
@@ -114,6 +123,16 @@ class Desired:
     pool: Pool
     image: str | None  # the image name the node should run, None: no opinion
     image_version: str | None
+
+    @property
+    def driver(self) -> str | None:
+        """The NVIDIA driver version the node should run (its own, else its pool's); None: no opinion."""
+        return self.node.driver or self.pool.driver
+
+    @property
+    def bios(self) -> dict[str, bool | int | str]:
+        """The BIOS attributes the node's BMC should read: its pool's, and its own over them."""
+        return {**self.pool.bios, **self.node.bios}
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,16 @@ def _down_powered_off(o: Observation, d: Desired) -> str | None:
             "powered on and its slurmd registers (ReturnToService=2)")
 
 
+def _down_powered_on(o: Observation, d: Desired) -> str | None:
+    # Slurm's answer to a power cycle lasts until the node's slurmd registers again (ReturnToService=2), and
+    # looks like anyone's down meanwhile; an apply looks again before it holds the down against the node.
+    if o.slurm is None or not o.slurm.down or o.slurm.drained or _powered_off(o) or o.slurm.owner == "racklife":
+        return None
+    return (f"down in Slurm ({o.slurm.reason!r}) while its BMC does not say off: a node just power-cycled is "
+            "down until its slurmd registers again (ReturnToService=2); apply looks again for a while before "
+            "it holds the down against the node")
+
+
 def _own_drain(o: Observation, d: Desired) -> str | None:
     if o.slurm is None or o.state not in SERVING or o.slurm.owner != "racklife":
         return None
@@ -216,6 +245,121 @@ def _kube_node(o: Observation, d: Desired) -> str | None:
     return None if o.kube.ready else "the Node is not Ready"
 
 
+def seen_version(o: Observation, component: str) -> str | None:
+    """The version the BMC reported for ``component`` (its name or its id's last part, any case, as
+    ``racklife bmc firmware`` matches it); None: not reported, or not by one component alone."""
+    if o.bmc is None:
+        return None
+    wanted = component.lower()
+    found = [v for name, ident, v in o.bmc.components if wanted in (name.lower(), ident.lower())] or [
+        v for name, v in o.bmc.firmware.items() if name.lower() == wanted]
+    return found[0] if len(found) == 1 else None
+
+
+def firmware_behind(o: Observation, d: Desired) -> list[FirmwareBaseline]:
+    """The baseline's components the BMC reports at another version (not those it does not report)."""
+    return [f for f in d.node.firmware if (v := seen_version(o, f.component)) is not None and v != f.version]
+
+
+def _firmware(o: Observation, d: Desired) -> str | None:
+    behind = firmware_behind(o, d) if unsupported_reason(d.node, Capability.FIRMWARE) is None else []
+    if not behind:
+        return None
+    return "firmware differs from the baseline: " + ", ".join(
+        f"{f.component} is {seen_version(o, f.component)}, the baseline says {f.version}" for f in behind)
+
+
+def _firmware_unknown(o: Observation, d: Desired) -> str | None:
+    if o.bmc is None or not d.node.firmware or unsupported_reason(d.node, Capability.FIRMWARE) is not None:
+        return None
+    missing = [f.component for f in d.node.firmware if seen_version(o, f.component) is None]
+    if not missing:
+        return None
+    return (f"the BMC reports no one firmware component for {', '.join(missing)} of the baseline (it reports: "
+            f"{', '.join(sorted(o.bmc.firmware)) or 'none'})")
+
+
+def _firmware_unsupported(o: Observation, d: Desired) -> str | None:
+    if not d.node.firmware:
+        return None
+    why = unsupported_reason(d.node, Capability.FIRMWARE)
+    return None if why is None else f"the inventory gives it a firmware baseline, but {why}"
+
+
+def driver_seen(o: Observation) -> tuple[str | None, str]:
+    """(the driver version the node's GPUs last reported, or None with why it is not known)."""
+    a = o.acceptance
+    if a is None or not a.present:
+        return None, "no acceptance record: nothing has read the driver from its GPUs"
+    if not a.newer_than_provisioning:
+        return None, f"its newest acceptance record ({a.record}) predates its last provisioning"
+    if a.driver is None:
+        return None, f"its newest acceptance record ({a.record}) reports no one driver version from its GPUs"
+    return a.driver, ""
+
+
+def _driver(o: Observation, d: Desired) -> str | None:
+    if d.driver is None or o.state not in ACCEPTED:
+        return None
+    seen, _why = driver_seen(o)
+    if seen is None or seen == d.driver:
+        return None
+    return (f"the node's GPUs report driver {seen} (acceptance record {o.acceptance.record if o.acceptance else ''});"
+            f" the inventory says {d.driver}")
+
+
+def _driver_unknown(o: Observation, d: Desired) -> str | None:
+    # Only once the node has been accepted: before that, its acceptance is what reads the driver.
+    if d.driver is None or o.state not in ACCEPTED:
+        return None
+    seen, why = driver_seen(o)
+    return None if seen is not None else f"the inventory wants driver {d.driver}, but {why} (run `racklife accept`)"
+
+
+def bios_behind(o: Observation, d: Desired) -> dict[str, tuple[bool | int | str, bool | int | str]] | str:
+    """Each wanted attribute the live Bios reads otherwise, as (live, wanted); or why they cannot be compared
+    (an attribute the BMC lacks, a value not of the attribute's type, a Bios not read)."""
+    if o.bmc is None or o.bmc.bios is None:
+        return "the BMC's BIOS attributes were not read"
+    live = o.bmc.bios
+    missing = sorted(k for k in d.bios if k not in live)
+    if missing:
+        return f"the BMC's Bios has no attribute {', '.join(missing)}"
+    out: dict[str, tuple[bool | int | str, bool | int | str]] = {}
+    for key, want in sorted(d.bios.items()):
+        try:
+            typed = typed_like(live[key], key, as_text(want))
+        except ValueError as exc:
+            return f"the BMC's Bios: {exc}"
+        if typed != live[key]:
+            out[key] = (live[key], typed)
+    return out
+
+
+def _bios(o: Observation, d: Desired) -> str | None:
+    if not d.bios or unsupported_reason(d.node, Capability.BIOS) is not None:
+        return None
+    behind = bios_behind(o, d)
+    if isinstance(behind, str) or not behind:
+        return None
+    return "BIOS differs from the inventory: " + ", ".join(
+        f"{k} is {as_text(now)}, the inventory says {as_text(want)}" for k, (now, want) in behind.items())
+
+
+def _bios_unknown(o: Observation, d: Desired) -> str | None:
+    if o.bmc is None or not d.bios or unsupported_reason(d.node, Capability.BIOS) is not None:
+        return None
+    behind = bios_behind(o, d)
+    return behind if isinstance(behind, str) else None
+
+
+def _bios_unsupported(o: Observation, d: Desired) -> str | None:
+    if not d.bios:
+        return None
+    why = unsupported_reason(d.node, Capability.BIOS)
+    return None if why is None else f"the inventory gives it BIOS attributes, but {why}"
+
+
 def _foreign_cordon(o: Observation, d: Desired) -> str | None:
     if o.kube is None or not o.kube.cordoned or o.kube.cordon_owner == "racklife":
         return None
@@ -244,9 +388,19 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule(Source.BMC, "power", _power),
+    Rule(Source.BMC, "firmware", _firmware),
+    Rule(Source.BMC, "firmware-unknown", _firmware_unknown),
+    Rule(Source.BMC, "firmware-unsupported", _firmware_unsupported),
+    # Before BIOS: a node's steps are planned in apply's order (update-driver, then set-bios).
+    Rule(Source.ACCEPTANCE, "driver", _driver),
+    Rule(Source.ACCEPTANCE, "driver-unknown", _driver_unknown),
+    Rule(Source.BMC, "bios", _bios),
+    Rule(Source.BMC, "bios-unknown", _bios_unknown),
+    Rule(Source.BMC, "bios-unsupported", _bios_unsupported),
     Rule(Source.BOOT, "image", _image),
     Rule(Source.SLURM, "foreign-drain", _foreign_drain),
     Rule(Source.SLURM, "down-powered-off", _down_powered_off),
+    Rule(Source.SLURM, "down-powered-on", _down_powered_on),
     Rule(Source.SLURM, "own-drain", _own_drain),
     Rule(Source.SLURM, "partition", _partition),
     Rule(Source.KUBE, "node", _kube_node),

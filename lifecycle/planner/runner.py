@@ -203,7 +203,7 @@ def _set_bios(r: WorkflowRunner, node: str, why: str) -> tuple[Callable[..., Any
     step = r.planned[node]
     return changes.change_node, (node, changes.ChangeSettings(
         (changes.ChangeSpec(changes.ChangeKind.BIOS, step.target, step.bios),), cfg.operator, cfg,
-        changes.ChangeContext(bios_timeout_s=r.bios_timeout_s), kube=r.kube,
+        changes.ChangeContext(ssh_config=cfg.ssh_config, bios_timeout_s=r.bios_timeout_s), kube=r.kube,
         why=f"racklife apply: BIOS {step.target}"[:200]))
 
 

@@ -273,17 +273,29 @@ class BiosChange:
     settings: BiosSettings = field(default_factory=BiosSettings)
     name: str = "bios"
     before: dict[str, object] = field(default_factory=dict)
+    ssh_config: str | None = None
+    """How the re-test reaches the node: after a reboot the change waits for SSH from the new boot (None:
+    no wait; the re-test finds the node as it is)."""
 
     def precheck(self) -> str:
         return "" if self.attributes else "no BIOS attributes to set"
 
     def apply(self, node: str) -> ChangeResult:
+        from lifecycle.workflows.repair_actions import await_ssh, boot_id  # imports changes.py
+
         try:
             self.before = bios_values(node, sorted(self.attributes))
             wanted = coerce_bios(self.before, self.attributes, node)
+            booted = boot_id(node, self.ssh_config) if self.ssh_config else ""
             done = set_bios(node, wanted, self.settings)
         except DriverError as exc:
             return ChangeResult(False, exc.message)
+        if done.get("rebooted") and self.ssh_config:
+            # The BMC reads the values back once the reset has applied them; the host may still be going
+            # down or booting, and a re-test begun then fails a node that only needed a minute more.
+            why = await_ssh(node, self.ssh_config, self.settings.timeout_s, booted)
+            if why:
+                return ChangeResult(False, f"the BIOS reads back its values, but {why}", done)
         return ChangeResult(True, "", done)
 
     def undo(self, node: str) -> ChangeResult | None:

@@ -87,7 +87,7 @@ class ChangeContext:
     provision: provision.ProvisionSettings | None = None
     """The boot server's provisioning settings: image changes need it."""
     ssh_config: str | None = None
-    """How the controller reaches the nodes over SSH (a driver change waits for SSH after its reboot)."""
+    """How the controller reaches the nodes over SSH (a driver or BIOS change waits for SSH after its reboot)."""
     bios_timeout_s: float | None = None
     """How long a BIOS change waits for the live Bios to read its values back (None: ``BiosSettings``'s)."""
 
@@ -176,9 +176,9 @@ def _has_firmware(store: Store, node: str, spec: ChangeSpec) -> bool:
 def _bios(spec: ChangeSpec, ctx: ChangeContext) -> Change:
     if not spec.params:
         raise ValueError("a BIOS change needs KEY=VALUE attributes")
-    if ctx.bios_timeout_s is None:
-        return bmc_changes.BiosChange(dict(spec.params))
-    return bmc_changes.BiosChange(dict(spec.params), bmc_changes.BiosSettings(timeout_s=ctx.bios_timeout_s))
+    settings = bmc_changes.BiosSettings() if ctx.bios_timeout_s is None else \
+        bmc_changes.BiosSettings(timeout_s=ctx.bios_timeout_s)
+    return bmc_changes.BiosChange(dict(spec.params), settings, ssh_config=ctx.ssh_config)
 
 
 def _has_bios(store: Store, node: str, spec: ChangeSpec) -> bool:

@@ -10,6 +10,7 @@ uses) and the system ssh client.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -21,9 +22,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from acceptance.fanout import (
+    SSH_UNREACHABLE,
     BurninCommand,
     FanoutError,
     NodeOutcome,
@@ -34,7 +37,7 @@ from acceptance.fanout import (
     fan_out,
     to_input,
 )
-from acceptance.ssh_fabric import FabricSSH
+from acceptance.ssh_fabric import HANDSHAKE_ATTEMPTS, STALL_GRACE_S, FabricSSH
 
 SSHD = "/usr/sbin/sshd"
 
@@ -64,7 +67,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int])
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {d / 'authorized_keys'}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-        "MaxStartups 50\nLogLevel ERROR\nSubsystem sftp internal-sftp\n")
+        "MaxStartups 50\nLogLevel ERROR\nSubsystem sftp internal-sftp\n"
+        "SetEnv SHLVL=1\n")  # not the host's ~/.bashrc in every command (lifecycle/lab/node.py says why)
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
     log = (d / "sshd.log").open("wb")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=log)
@@ -232,3 +236,203 @@ def test_unsafe_targets_and_commands_are_refused(tmp_path: Path) -> None:
         fan_out(ssh, [Target("a", "h"), Target("a", "h")], BurninCommand("p", "quick", "r"), tmp_path)
     argv = BurninCommand("p", "quick", "r", env={"PATH": "/x y"}).argv("n")
     assert argv[:2] == ["env", "PATH=/x y"] and argv[argv.index("--out") + 1] == "/var/lib/racklife/burnin/r/n"
+
+
+class DroppingProxy:
+    """A TCP proxy to the test sshd that closes its first ``drop`` connections before the banner.
+
+    What an sshd just started after a reboot, or slow under load, does to a client: the
+    handshake breaks off ("Error reading SSH protocol banner") before any command ran.
+    """
+
+    def __init__(self, port: int, upstream: int, drop: int) -> None:
+        self.port, self.upstream, self.drop, self.accepted = port, upstream, drop, 0
+        self.server = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drop:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+class FreezingProxy(DroppingProxy):
+    """A TCP proxy to the test sshd that, once ``frozen`` is set, holds every byte both ways and keeps
+    the sockets open: a node that hangs, or a link cut off, under an open SSH connection."""
+
+    def __init__(self, port: int, upstream: int) -> None:
+        self.frozen = threading.Event()
+        self.sockets: list[socket.socket] = []
+        super().__init__(port, upstream, drop=0)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
+        self.sockets.append(src)
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                while self.frozen.is_set():
+                    time.sleep(0.05)
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        super().close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _via(proxy: DroppingProxy, sshd: Sshd, tmp_path: Path) -> FabricSSH:
+    alias = f"[127.0.0.1]:{sshd.port}"  # the sshd's key, pinned under its own address
+    cfg = tmp_path / f"ssh_config-{proxy.port}"
+    cfg.write_text(f"Host gpu-01\n    HostName 127.0.0.1\n    Port {proxy.port}\n    User root\n"
+                   f"    IdentityFile \"{sshd.client_key}\"\n    IdentitiesOnly yes\n"
+                   f"    UserKnownHostsFile \"{sshd.known_hosts}\"\n    HostKeyAlias {alias}\n"
+                   "    StrictHostKeyChecking yes\n")
+    return FabricSSH(cfg, connect_timeout_s=5)
+
+
+@pytest.mark.root
+def test_a_connection_that_stops_answering_times_out_the_command(sshd: Sshd, tmp_path: Path,
+                                                                 free_port: Callable[[], int]) -> None:
+    """The node answered a first command, then went silent on the open connection: the next command is
+    timed out within its timeout and the grace, not left waiting (paramiko waited an hour for the session,
+    and for the command's start for ever: an acceptance run hung on one node)."""
+    proxy = FreezingProxy(free_port(), sshd.port)
+    ssh = _via(proxy, sshd, tmp_path)
+    target = Target("gpu-01", "gpu-01")
+    try:
+        first = ssh.run(target, ["echo", "ran"], timeout_s=30)
+        assert first.exit_code == 0 and first.stdout == b"ran\n", first
+        proxy.frozen.set()
+        got: list[RemoteRun] = []
+        t0 = time.monotonic()
+        worker = threading.Thread(target=lambda: got.append(ssh.run(target, ["echo", "again"], timeout_s=2)),
+                                  daemon=True)
+        worker.start()
+        worker.join(timeout=2 + STALL_GRACE_S + 15)
+        assert not worker.is_alive(), "the command on a silent connection never came back"
+        assert got[0].timed_out and got[0].exit_code is None and "gpu-01" in got[0].stderr, got[0]
+        assert time.monotonic() - t0 < 2 + STALL_GRACE_S + 10
+        proxy.frozen.clear()
+        again = ssh.run(target, ["echo", "back"], timeout_s=30)  # a new connection: the cut one was let go
+        assert again.exit_code == 0 and again.stdout == b"back\n", again
+    finally:
+        proxy.frozen.clear()
+        ssh.close()
+        proxy.close()
+
+
+@pytest.mark.root
+def test_a_handshake_cut_off_before_the_banner_is_tried_again_and_a_dead_one_is_unreachable(
+        sshd: Sshd, tmp_path: Path, free_port: Callable[[], int]) -> None:
+    flaky = DroppingProxy(free_port(), sshd.port, drop=2)
+    try:
+        ssh = _via(flaky, sshd, tmp_path)
+        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
+        ssh.close()
+    finally:
+        flaky.close()
+    assert res.exit_code == 0 and res.stdout == b"ran\n", res
+    assert flaky.accepted == 3  # two handshakes cut off, the third served
+
+    dead = DroppingProxy(free_port(), sshd.port, drop=10**6)
+    try:
+        ssh = _via(dead, sshd, tmp_path)
+        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
+        ssh.close()
+    finally:
+        dead.close()
+    assert res.exit_code == SSH_UNREACHABLE and "gpu-01" in res.stderr, res
+    assert dead.accepted == HANDSHAKE_ATTEMPTS  # tried, and no more
+
+
+class AuthCutProxy(DroppingProxy):
+    """A proxy to the test sshd whose first ``drop`` connections meet an SSH server (paramiko's, with the
+    sshd's own host key) that closes the connection when the client offers its key: what a node going down,
+    or an sshd killed mid-login, does. paramiko calls that an AuthenticationException, as it calls a key
+    the server refused."""
+
+    def __init__(self, port: int, upstream: int, drop: int, host_key: Path) -> None:
+        self.host_key = paramiko.Ed25519Key.from_private_key_file(str(host_key))
+        self.transports: list[paramiko.Transport] = []
+        super().__init__(port, upstream, drop)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted > self.drop:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                continue
+            server = paramiko.Transport(client)
+            server.add_server_key(self.host_key)
+            self.transports.append(server)
+            server.start_server(server=_CutAtAuth(client))
+
+    def close(self) -> None:
+        super().close()
+        for t in self.transports:
+            t.close()
+
+
+class _CutAtAuth(paramiko.ServerInterface):
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # gone before it answers
+        return paramiko.common.AUTH_FAILED
+
+
+@pytest.mark.root
+def test_a_connection_cut_off_during_login_is_tried_again_and_not_called_a_rejected_key(
+        sshd: Sshd, tmp_path: Path, free_port: Callable[[], int]) -> None:
+    host_key = sshd.known_hosts.parent / "host"
+    cut = AuthCutProxy(free_port(), sshd.port, 2, host_key)
+    try:
+        ssh = _via(cut, sshd, tmp_path)
+        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
+        ssh.close()
+    finally:
+        cut.close()
+    assert res.exit_code == 0 and res.stdout == b"ran\n", res
+    assert cut.accepted == 3  # two logins cut off, the third served
+
+    gone = AuthCutProxy(free_port(), sshd.port, 10**6, host_key)
+    try:
+        ssh = _via(gone, sshd, tmp_path)
+        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
+        ssh.close()
+    finally:
+        gone.close()
+    assert res.exit_code == SSH_UNREACHABLE and gone.accepted == HANDSHAKE_ATTEMPTS, res
+    assert "cut off during authentication" in res.stderr and "key rejected" not in res.stderr, res.stderr

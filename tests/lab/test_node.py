@@ -118,6 +118,14 @@ def test_boot_ssh_power_cycle_and_teardown(boot_server: tuple[LabNet, BootServer
     res = ssh(a, "hostname")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "node-a"
+    # A command's bash is not a top-level shell (SHLVL 2), so it does not read the host's ~/.bashrc, which
+    # is not the node's: a pyenv init there waited 60 s on a stale lock in every command of every node.
+    res = ssh(a, "echo $SHLVL")
+    assert res.stdout.strip() == "2", res.stdout + res.stderr
+    # Its own boot id (the kernel's, which the lab's nodes share, is not theirs): a reboot moves it.
+    first_boot = ssh(a, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip()
+    assert len(first_boot) == 36 and first_boot != Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert ssh(b, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip() not in ("", first_boot)
     res = ssh(b, "nvidia-smi", "-q", "-x")
     assert res.returncode == 0, res.stderr
     assert {g.name for g in nvidia_smi.parse(res.stdout).gpus} == {"NVIDIA A100-SXM4-80GB"}
@@ -150,6 +158,7 @@ def test_boot_ssh_power_cycle_and_teardown(boot_server: tuple[LabNet, BootServer
     assert a.wait_up(30), a.boot_error
     assert len(server.scripts) == 2 and hooks[-1] == "boot node-a"
     assert ssh(a, "hostname").stdout.strip() == "node-a"
+    assert ssh(a, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip() not in ("", first_boot)
 
     # Teardown leaves no process, namespace or mount behind.
     pids = [n.sshd_pid for n in (a, b)]

@@ -101,4 +101,9 @@ def test_down_after_power_loss_is_not_a_foreign_hold_but_down_with_power_is(desi
     down = SlurmSeen("DOWN", False, True, "lab: powered off", "other", None, "root", (desired.pool.partition or "",))
     off = replace(healthy(desired), bmc=BmcSeen("off"), slurm=down)
     assert kinds(off, desired) == {(Source.BMC, "power"), (Source.SLURM, "down-powered-off")}
-    assert kinds(replace(off, bmc=BmcSeen("on")), desired) == {(Source.SLURM, "foreign-drain")}
+    # Down with power: still a foreign hold (fail closed), and Slurm's answer to a power cycle until the
+    # node's slurmd registers again: apply looks again a while before it holds the down against the node.
+    on = replace(off, bmc=BmcSeen("on"))
+    assert kinds(on, desired) == {(Source.SLURM, "foreign-drain"), (Source.SLURM, "down-powered-on")}
+    assert kinds(replace(on, slurm=replace(down, drained=True)), desired) == \
+        {(Source.SLURM, "foreign-drain")}  # a drain is an owner's hold: no registration ends it

@@ -145,3 +145,15 @@ def test_compute_role_starts_slurmd_configless(repo_dir: Path, tmp_path: Path) -
     with pytest.raises(AssertionError) as info:
         _play(repo_dir, tmp_path, playbook)
     assert "slurm_compute_conf_server must be host:port" in str(info.value)
+
+
+def test_the_labs_database_server_keeps_its_temporary_tables_in_its_own_directory(
+        mariadb: Path, tmp_path: Path) -> None:
+    # Each lab's server is PID 10 of its lab's PID namespace: in a shared /tmp two of them made the same
+    # temporary table names, and one crashed (signal 11) under slurmdbd's first queries.
+    said = subprocess.run(["mariadb", "--no-defaults", f"--socket={mariadb}", "-u", "root", "-N", "-B", "-e",
+                           "SELECT @@tmpdir; SHOW COLUMNS FROM information_schema.TABLES"],
+                          capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL)
+    lines = said.stdout.splitlines()
+    assert lines[0] == str(slurm_accounting.AccountingPaths(tmp_path / "db-root").tmpdir), said.stdout
+    assert any(line.startswith("TABLE_NAME") for line in lines[1:]), said.stdout

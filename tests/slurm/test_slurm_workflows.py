@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -201,6 +204,75 @@ def test_join_reads_slurm_before_saying_already_in_service(env: dict[str, str]) 
                        timeout=15)
 
 
+def _dead_and_ours(lab: LabSlurm, env: dict[str, str], node: str) -> None:
+    """The node's slurmd is gone (Slurm has it not responding) and it is down with racklife's reason."""
+    lab.stop_node(node)
+    slurm(env).down([node], "power-run-1", "powered off for maintenance")
+    deadline = time.monotonic() + 90  # slurmctld pings every SlurmdTimeout/3 (lab: 10 s)
+    while slurm(env).node(node).state.responding:
+        assert time.monotonic() < deadline, f"Slurm never had {node} not responding: {slurm(env).node(node).state}"
+        time.sleep(0.5)
+
+
+def test_a_join_ends_only_when_slurm_has_the_node_serving(lab: LabSlurm, env: dict[str, str], site16: Inventory,
+                                                         tmp_path: Path) -> None:
+    """Resumed while its slurmd is gone, a node is ``idle*``: the join waits, and fails it (held again) at the
+    pool's join_deadline_s; with the slurmd back in time, it joins once Slurm would start a job on it."""
+    node = "gpu-002"
+    _dead_and_ours(lab, env, node)
+    started = False
+    try:
+        # A pool whose joins wait 6 s: the node never answers, the join fails and racklife drains it again.
+        pools = {k: p.model_copy(update={"join_deadline_s": 6}) for k, p in site16.pools.items()}
+        short = Store(f"sqlite:///{tmp_path / 'short.sqlite'}")
+        short.import_inventory(site16.model_copy(update={"pools": pools}))
+        short.close()
+        short_env = env | {"RACKLIFE_DB": f"sqlite:///{tmp_path / 'short.sqlite'}"}
+        accept(short_env, node)
+        began = time.monotonic()
+        res = racklife(short_env, "slurm", "join", node, "--json")
+        assert "Traceback" not in res.stderr, res.stderr
+        [out] = json.loads(res.stdout)
+        assert res.returncode != 0 and not out["ok"], out
+        assert "did not have the node serving within 6 s of its resume" in out["reason"], out
+        assert "NOT_RESPONDING" in out["reason"], out
+        assert time.monotonic() - began >= 6
+        held = slurm(env).node(node)
+        assert held.state.drain and held.owner.kind == "racklife" and "join failed" in held.reason, held
+        assert state(short_env, node) != State.IN_SERVICE
+
+        # The module's pool waits 300 s: the join waits on Slurm until the slurmd is back, then ends in service.
+        accept(env, node)
+        proc = subprocess.Popen([shutil.which("racklife") or str(Path(sys.executable).with_name("racklife")),
+                                 "slurm", "join", node, "--json"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while slurm(env).node(node).state.drain:  # resumed: Slurm has it idle*, serving nothing
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.2)
+            time.sleep(3)
+            now = slurm(env).node(node).state
+            assert not now.serving and proc.poll() is None, (now, proc.poll())
+            assert state(env, node) != State.IN_SERVICE  # not in service while Slurm cannot use it
+            lab.start_node(node, wait=False)
+            started = True
+            out_text, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0 and "Traceback" not in err, out_text + err
+        [joined] = json.loads(out_text)
+        assert joined["ok"] and joined["state"] == "in_service", joined
+        assert slurm(env).node(node).state.serving and state(env, node) == State.IN_SERVICE
+    finally:
+        if not started:
+            lab.start_node(node, wait=False)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, check=False,
+                       timeout=15)
+
+
 def test_unknown_node_is_bad_input(env: dict[str, str]) -> None:
     res = racklife(env, "slurm", "join", "gpu-999")
     assert res.returncode == 2 and "unknown node(s): gpu-999" in res.stderr
@@ -239,3 +311,148 @@ def test_ctrl_c_stops_waiting_not_the_run_and_says_so(env: dict[str, str]) -> No
     assert f"racklife workflows cancel {run_id}" in line and "the next `racklife slurm`" in line
     assert slurm(env).job(job).state == "RUNNING"  # the interrupt touched no job
     assert racklife(env, "workflows", "cancel", run_id).returncode == 0
+
+
+# ---------------------------------------------------------------- progress: what a leave waits on
+
+
+def _leave_waiting_for_a_job(env: dict[str, str], node: str, run_env: dict[str, str],
+                             **popen: Any) -> tuple[subprocess.Popen[Any], str]:
+    """A leave (policy wait, a 6 s deadline) of a node running a job: it waits on the drain of that job."""
+    accept(env, node)
+    assert racklife(env, "slurm", "join", node).returncode == 0
+    job = start_job(env, node)
+    exe = shutil.which("racklife") or str(Path(sys.executable).with_name("racklife"))
+    args = [exe, "slurm", "leave", node, "--policy", "wait", "--deadline", "6", "--yes"]
+    return subprocess.Popen(args, env=run_env, **popen), job
+
+
+def test_progress_off_a_terminal_names_the_job_the_drain_waits_on(env: dict[str, str]) -> None:
+    """Plain timestamped lines on stderr, whole at COLUMNS=60: the node, its phase, the job it waits on."""
+    proc, job = _leave_waiting_for_a_job(env, "gpu-011", env | {"COLUMNS": "60"},
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["scancel", job], env=env, check=False, timeout=15)
+    assert proc.returncode == 5, (out, err)  # the job still runs at the deadline: the leave is refused
+    waits = [x for x in err.splitlines() if f"drain of job {job}" in x]
+    assert waits, err
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d gpu-011 draining \(\d+ s\): waiting on drain of job {job} \(root, wrap\) "
+                        rf"\(deadline 6 s\) for \d+ s", waits[0]), waits  # one line, longer than 60, not wrapped
+    assert "drain of job" not in out and "Traceback" not in err
+
+
+_CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
+
+
+def _run_on_a_pty(env: dict[str, str], node: str, columns: int) -> tuple[int, str, str]:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    tty_env = env | {"COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "xterm-256color"}
+    proc, job = _leave_waiting_for_a_job(env, node, tty_env, stdin=slave, stdout=subprocess.PIPE,
+                                         stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the last writer closed: the command ended
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=60)
+        out = proc.stdout.read().decode() if proc.stdout else ""
+    finally:
+        os.close(master)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["scancel", job], env=env, check=False, timeout=15)
+    return proc.returncode, out, b"".join(chunks).decode(errors="replace") + f"\njob={job}"
+
+
+@pytest.mark.parametrize(("node", "columns"), [("gpu-012", 60), ("gpu-001", 200)])
+def test_progress_on_a_terminal_is_a_live_table(env: dict[str, str], node: str, columns: int) -> None:
+    """On a TTY (a pty): a Rich Live table with the node, its phase and the job; no colour under NO_COLOR."""
+    code, out, tty = _run_on_a_pty(env, node, columns)
+    job = tty.rsplit("job=", 1)[1]
+    assert code == 5, (out, tty)
+    sgr = [p for params, final in _CSI.findall(tty) if final == "m" for p in params.split(";") if p]
+    assert not [p for p in sgr if p in {"38", "48"} or 30 <= int(p) <= 37 or 90 <= int(p) <= 97], sgr  # NO_COLOR
+    assert any(final in "AK" for _p, final in _CSI.findall(tty)), "no Live redraw (cursor up / erase line)"
+    screen = _CSI.sub("\n", tty).replace("\r", "\n")  # a redraw moves the cursor: each piece is a line
+    assert max(len(x) for x in screen.splitlines()) <= columns, [x for x in screen.splitlines() if len(x) > columns]
+    cells = re.sub(r"[\s│┃┏┓┗┛━─┡┩└┘┌┐╇╈┳┻┼┬┴╭╮╰╯|]", "", screen)
+    assert "slurmleave" in cells and "waitingon" in cells and node in cells, screen
+    assert f"drainofjob{job}(root,wrap)" in cells, screen
+    assert not re.search(r"\d\d:\d\d:\d\d ", screen.split("job=")[0]), "plain log lines on a terminal"
+
+
+def _powered_down_by_slurm(lab: LabSlurm, env: dict[str, str], node: str) -> None:
+    """What a power cycle leaves: the node's slurmd gone and the node down in Slurm by root (the lab's
+    stand-in for slurmctld's own conclusion), not drained."""
+    lab.stop_node(node)
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=lab: powered off"], env=env,
+                   check=True, timeout=15, capture_output=True)
+
+
+def _wave(env: dict[str, str], site16: Inventory, tmp_path: Path, node: str) -> tuple[Any, float]:
+    from lifecycle.drivers.errors import DriverError
+    from lifecycle.planner import observe
+    from lifecycle.planner.apply import ApplySettings, decide
+
+    def no_bmc(_node: str, _spec: object) -> Any:
+        raise DriverError(_node, "this test reaches no BMC")  # site16's BMC addresses are not the lab's
+
+    def no_kube() -> Any:
+        raise AssertionError("a Slurm pool reads no Kubernetes")
+    store = Store(f"sqlite:///{tmp_path / f'wave-{time.monotonic_ns()}.sqlite'}")
+    try:
+        store.import_inventory(site16)
+        t0 = time.monotonic()
+        wave = decide(store, site16, [node], observe.Sources(no_bmc, lambda: slurm(env), no_kube, firmware=False),
+                      ApplySettings("test"), frozenset(), frozenset())
+        return wave, time.monotonic() - t0
+    finally:
+        store.close()
+
+
+def test_a_wave_looks_again_at_a_node_down_while_powered_and_holds_the_down_if_it_stays(
+        lab: LabSlurm, env: dict[str, str], site16: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after a power cycle Slurm has the node down until its slurmd registers again (ReturnToService=2):
+    a `pulumi up` planned in that moment blocked the node as "down in Slurm by root: not racklife's". A wave
+    with nothing else to do looks again until the slurmd is back; a down that stays blocks (fail closed)."""
+    from lifecycle.planner import apply
+
+    monkeypatch.setattr(apply, "UNREADABLE_PAUSES_S", (0.05,))
+    node = "gpu-003"  # refused a join earlier in this module: not in service, idle in Slurm
+    try:
+        _powered_down_by_slurm(lab, env, node)
+        monkeypatch.setattr(apply, "SLURMD_SETTLE_S", 5.0)
+        held, took = _wave(env, site16, tmp_path, node)
+        assert "foreign-drain: slurm: down in Slurm by root ('lab: powered off')" in held.blocked[node], held
+        assert took >= 5.0
+
+        monkeypatch.setattr(apply, "SLURMD_SETTLE_S", 120.0)
+        later = threading.Timer(4.0, lambda: lab.start_node(node, wait=False))
+        later.start()
+        try:
+            back, took = _wave(env, site16, tmp_path, node)
+        finally:
+            later.join()
+        assert took >= 4.0 and "foreign-drain" not in back.blocked.get(node, ""), back
+        assert slurm(env).node(node).state.base == "idle"
+    finally:
+        lab.start_node(node)
