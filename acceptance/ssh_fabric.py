@@ -178,16 +178,13 @@ class FabricSSH:
         for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
             try:
                 return self._connect(target)
-            except paramiko.AuthenticationException as exc:
-                if not cut_off_in_auth(exc) or attempt == HANDSHAKE_ATTEMPTS:
-                    raise
-                time.sleep(HANDSHAKE_BACKOFF_S * attempt)
             except (paramiko.BadHostKeyException, HostKeyRejected):
                 raise
-            except (paramiko.SSHException, EOFError, ConnectionResetError):
-                if attempt == HANDSHAKE_ATTEMPTS:
+            except (paramiko.SSHException, EOFError, ConnectionResetError) as exc:
+                refused = isinstance(exc, paramiko.AuthenticationException) and not cut_off_in_auth(exc)
+                if refused or attempt == HANDSHAKE_ATTEMPTS:
                     raise
-                time.sleep(HANDSHAKE_BACKOFF_S * attempt)
+            time.sleep(HANDSHAKE_BACKOFF_S * attempt)
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def release(self, target: Target) -> None:
@@ -203,12 +200,12 @@ class FabricSSH:
 
     def _unreachable(self, target: Target, exc: BaseException) -> RemoteRun:
         self.release(target)
-        if isinstance(exc, paramiko.AuthenticationException) and not cut_off_in_auth(exc):
-            what = "authentication failed (key rejected)"
-        elif isinstance(exc, paramiko.AuthenticationException):
+        if not isinstance(exc, paramiko.AuthenticationException):
+            what = f"{type(exc).__name__}: {exc}"
+        elif cut_off_in_auth(exc):
             what = f"the connection was cut off during authentication ({exc})"
         else:
-            what = f"{type(exc).__name__}: {exc}"
+            what = "authentication failed (key rejected)"
         return RemoteRun(SSH_UNREACHABLE, b"", f"ssh to {target.host}: {what}")
 
     def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from lifecycle.store import Store, leases
@@ -26,3 +28,16 @@ def wait_live(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s: flo
             if found:
                 return found
         time.sleep(0.3)
+
+
+def stop_services(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30) -> None:
+    """SIGTERM to each service still running, then wait for each (killed after ``grace_s``)."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()

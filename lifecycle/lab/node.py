@@ -44,7 +44,7 @@ from lifecycle.lab.gputools.state import NODE_FILE
 from lifecycle.model.skus import SKUS
 
 Hook = Callable[[str], None]
-_SETHOSTNAME = ("import os, socket, subprocess, sys; socket.sethostname(sys.argv[1]); "
+_NODE_INIT = ("import os, socket, subprocess, sys; socket.sethostname(sys.argv[1]); "
                 "subprocess.run(['mount', '--bind', sys.argv[2], sys.argv[3]], check=True); "
                 "os.execv(sys.argv[4], sys.argv[4:])")
 """Run in the node's own UTS and mount namespaces: its hostname, and its boot id (a new one at each boot,
@@ -364,7 +364,7 @@ class SimNode:
             self._sshd = subprocess.Popen(
                 netns.exec_argv(self.net.netns, [
                     "unshare", "--uts", "--mount", "--propagation", "private", "--", sys.executable, "-c",
-                    _SETHOSTNAME, self.name, str(boot), BOOT_ID,
+                    _NODE_INIT, self.name, str(boot), BOOT_ID,
                     sshd, "-D", "-e", "-f", str(self.dir / "ssh" / "sshd_config"),
                 ]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

@@ -236,8 +236,8 @@ def restart_slurmd(run: Run, conf: Path, node: str) -> None:
 # ------------------------------------------------------------------ the hook
 
 
-def _inside(lab_dir: Path, extra: dict[str, str] | None = None) -> tuple[Run, Path, dict[str, str]]:
-    """A runner into the lab's Slurm namespaces, slurm.conf and the clients' environment (plus ``extra``)."""
+def init_pid(lab_dir: Path) -> int:
+    """The init of the lab's Slurm PID namespace (what ``nsenter -t`` enters), from the lab's state file."""
     state = json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))
     unshare = state.get("slurm_pgid")
     if not unshare:
@@ -245,12 +245,18 @@ def _inside(lab_dir: Path, extra: dict[str, str] | None = None) -> tuple[Run, Pa
     children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
     if not children:
         raise RuntimeError("the lab's Slurm PID namespace has no init")
-    conf = Path(state["slurm_conf"])
+    return int(children[0])
+
+
+def _inside(lab_dir: Path, extra: dict[str, str] | None = None) -> tuple[Run, Path, dict[str, str]]:
+    """A runner into the lab's Slurm namespaces, slurm.conf and the clients' environment (plus ``extra``)."""
+    init = init_pid(lab_dir)
+    conf = Path(json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))["slurm_conf"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"SLURM_CONF": str(conf)}
     inner = env | (extra or {})
 
     def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["nsenter", "-t", children[0], "--pid", "--mount", "--", *argv], env=inner,
+        return subprocess.run(["nsenter", "-t", str(init), "--pid", "--mount", "--", *argv], env=inner,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False)
     return run, conf, env
 

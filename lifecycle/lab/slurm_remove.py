@@ -121,17 +121,6 @@ def _without(text: str, node: str, switch_key: str) -> str:
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
-def _init_pid(lab_dir: Path) -> int:
-    state = json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))
-    unshare = state.get("slurm_pgid")
-    if not unshare:
-        raise RuntimeError("the lab's Slurm is not running")
-    children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
-    if not children:
-        raise RuntimeError("the lab's Slurm PID namespace has no init")
-    return int(children[0])
-
-
 def _inside(init: int, conf: Path, argv: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"SLURM_CONF": str(conf)}
     return subprocess.run(["nsenter", "-t", str(init), "--pid", "--mount", "--", *argv], env=env,
@@ -211,7 +200,7 @@ def _restart(lab_dir: Path, conf: Path) -> None:
     """slurmctld stopped and started again with the edited files; done when it answers and every node whose
     slurmd answered before has registered again (until then Slurm shows those nodes ``unknown``, and a
     caller that reads them right after the hook would see a node in service as not there)."""
-    init = _init_pid(lab_dir)
+    init = slurm_daemons.init_pid(lab_dir)
 
     def up() -> bool:
         return "is UP" in _inside(init, conf, ["scontrol", "ping"]).stdout

@@ -29,6 +29,7 @@ quarantined with the reason, never put back into service as it was.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,19 +125,20 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 @step(idempotent=True)  # reads only
 def boot_id(node: str, ssh_config: str) -> str:
     """The node's boot id over SSH ("" when it does not answer with one: down, hung, or no such file)."""
-    got = ssh_run(node, ssh_config, ["cat", BOOT_ID], PROBE_S)
+    return _read_boot_id(node, ssh_config, PROBE_S)[0]
+
+
+def _read_boot_id(node: str, ssh_config: str, limit_s: float) -> tuple[str, str]:
+    """The node's boot id and "", or "" and why it did not say one."""
+    got = ssh_run(node, ssh_config, ["cat", BOOT_ID], limit_s)
+    if got.exit_code != 0:
+        return "", got.stderr.strip()[-200:] or f"exit {got.exit_code}"
     said = got.stdout.strip()
-    return said if got.exit_code == 0 and _is_boot_id(said) else ""
-
-
-def _is_boot_id(text: str) -> bool:
-    import uuid
-
     try:
-        uuid.UUID(text)
+        uuid.UUID(said)
     except ValueError:
-        return False
-    return True
+        return "", f"{BOOT_ID} said {said[:80]!r}, not a boot id"
+    return said, ""
 
 
 @step(idempotent=True)  # reads only
@@ -164,14 +166,11 @@ PROBE_S = 12.0
 def _probe(node: str, ssh_config: str, limit_s: float, before: str = "") -> str | None:
     """One read of the boot id over SSH within ``limit_s``: None when it answered from a boot other than
     ``before``, else why not."""
-    got = ssh_run(node, ssh_config, ["cat", BOOT_ID], limit_s)
-    if got.exit_code != 0:
-        return got.stderr.strip()[-200:] or f"exit {got.exit_code}"
-    said = got.stdout.strip()
-    if not _is_boot_id(said):
-        return f"{BOOT_ID} said {said[:80]!r}, not a boot id"
-    if before and said == before:
-        return f"still the boot from before the power cycle (boot id {said})"
+    seen, why = _read_boot_id(node, ssh_config, limit_s)
+    if why:
+        return why
+    if before and seen == before:
+        return f"still the boot from before the power cycle (boot id {seen})"
     return None
 
 

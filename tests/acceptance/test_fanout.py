@@ -247,6 +247,7 @@ class DroppingProxy:
 
     def __init__(self, port: int, upstream: int, drop: int) -> None:
         self.port, self.upstream, self.drop, self.accepted = port, upstream, drop, 0
+        self.sockets: list[socket.socket] = []  # of the connections passed through: closed with the proxy
         self.server = socket.create_server(("127.0.0.1", port))
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -258,14 +259,17 @@ class DroppingProxy:
                 return
             self.accepted += 1
             if self.accepted <= self.drop:
-                client.close()
+                self._refuse(client)
                 continue
             upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            self.sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _refuse(self, client: socket.socket) -> None:
+        client.close()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 dst.sendall(data)
@@ -274,6 +278,8 @@ class DroppingProxy:
 
     def close(self) -> None:
         self.server.close()
+        for sock in self.sockets:
+            sock.close()
 
 
 class FreezingProxy(DroppingProxy):
@@ -282,11 +288,9 @@ class FreezingProxy(DroppingProxy):
 
     def __init__(self, port: int, upstream: int) -> None:
         self.frozen = threading.Event()
-        self.sockets: list[socket.socket] = []
         super().__init__(port, upstream, drop=0)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
-        self.sockets.append(src)
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
                 while self.frozen.is_set():
@@ -294,11 +298,6 @@ class FreezingProxy(DroppingProxy):
                 dst.sendall(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        super().close()
-        for sock in self.sockets:
-            sock.close()
 
 
 def _via(proxy: DroppingProxy, sshd: Sshd, tmp_path: Path) -> FabricSSH:
@@ -309,6 +308,17 @@ def _via(proxy: DroppingProxy, sshd: Sshd, tmp_path: Path) -> FabricSSH:
                    f"    UserKnownHostsFile \"{sshd.known_hosts}\"\n    HostKeyAlias {alias}\n"
                    "    StrictHostKeyChecking yes\n")
     return FabricSSH(cfg, connect_timeout_s=5)
+
+
+def _echo_via(proxy: DroppingProxy, sshd: Sshd, tmp_path: Path) -> RemoteRun:
+    """``echo ran`` on gpu-01 through ``proxy`` on a new connection; the proxy is closed after."""
+    try:
+        ssh = _via(proxy, sshd, tmp_path)
+        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
+        ssh.close()
+    finally:
+        proxy.close()
+    return res
 
 
 @pytest.mark.root
@@ -346,22 +356,12 @@ def test_a_connection_that_stops_answering_times_out_the_command(sshd: Sshd, tmp
 def test_a_handshake_cut_off_before_the_banner_is_tried_again_and_a_dead_one_is_unreachable(
         sshd: Sshd, tmp_path: Path, free_port: Callable[[], int]) -> None:
     flaky = DroppingProxy(free_port(), sshd.port, drop=2)
-    try:
-        ssh = _via(flaky, sshd, tmp_path)
-        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
-        ssh.close()
-    finally:
-        flaky.close()
+    res = _echo_via(flaky, sshd, tmp_path)
     assert res.exit_code == 0 and res.stdout == b"ran\n", res
     assert flaky.accepted == 3  # two handshakes cut off, the third served
 
     dead = DroppingProxy(free_port(), sshd.port, drop=10**6)
-    try:
-        ssh = _via(dead, sshd, tmp_path)
-        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
-        ssh.close()
-    finally:
-        dead.close()
+    res = _echo_via(dead, sshd, tmp_path)
     assert res.exit_code == SSH_UNREACHABLE and "gpu-01" in res.stderr, res
     assert dead.accepted == HANDSHAKE_ATTEMPTS  # tried, and no more
 
@@ -377,22 +377,11 @@ class AuthCutProxy(DroppingProxy):
         self.transports: list[paramiko.Transport] = []
         super().__init__(port, upstream, drop)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            if self.accepted > self.drop:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream))
-                for a, b in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-                continue
-            server = paramiko.Transport(client)
-            server.add_server_key(self.host_key)
-            self.transports.append(server)
-            server.start_server(server=_CutAtAuth(client))
+    def _refuse(self, client: socket.socket) -> None:
+        server = paramiko.Transport(client)
+        server.add_server_key(self.host_key)
+        self.transports.append(server)
+        server.start_server(server=_CutAtAuth(client))
 
     def close(self) -> None:
         super().close()
@@ -418,21 +407,11 @@ def test_a_connection_cut_off_during_login_is_tried_again_and_not_called_a_rejec
         sshd: Sshd, tmp_path: Path, free_port: Callable[[], int]) -> None:
     host_key = sshd.known_hosts.parent / "host"
     cut = AuthCutProxy(free_port(), sshd.port, 2, host_key)
-    try:
-        ssh = _via(cut, sshd, tmp_path)
-        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
-        ssh.close()
-    finally:
-        cut.close()
+    res = _echo_via(cut, sshd, tmp_path)
     assert res.exit_code == 0 and res.stdout == b"ran\n", res
     assert cut.accepted == 3  # two logins cut off, the third served
 
     gone = AuthCutProxy(free_port(), sshd.port, 10**6, host_key)
-    try:
-        ssh = _via(gone, sshd, tmp_path)
-        res = ssh.run(Target("gpu-01", "gpu-01"), ["echo", "ran"], timeout_s=30)
-        ssh.close()
-    finally:
-        gone.close()
+    res = _echo_via(gone, sshd, tmp_path)
     assert res.exit_code == SSH_UNREACHABLE and gone.accepted == HANDSHAKE_ATTEMPTS, res
     assert "cut off during authentication" in res.stderr and "key rejected" not in res.stderr, res.stderr

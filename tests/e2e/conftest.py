@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,27 @@ def firmware_version(lab: RunningLab, node: str, component: str) -> str:
     assert res.returncode == 0, res.stdout + res.stderr
     return str(next(c["version"] for c in json.loads(res.stdout)["firmware"]
                     if component in (c["name"], (c["id"] or "").rsplit("/", 1)[-1])))
+
+
+@contextmanager
+def built_lab(nodes: int, image: Path, *, timeout: float = 1500, **lab: Any) -> Iterator[RunningLab]:
+    """A lab of ``nodes`` (``lab``: RunningLab's options) that `racklife build` brought into service from
+    ``image``; down again after."""
+    running = RunningLab(nodes, **lab)
+    try:
+        res = running.racklife("build", str(running.inventory), "--images", str(image), "--boot-timeout", "60",
+                               timeout=timeout)
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield running
+    finally:
+        running.down()
+
+
+def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ import yaml
 
 from lifecycle.drivers.kube.api import KubeApiDriver
 from lifecycle.lab.kube.run import KubeAdmin
-from tests.e2e.conftest import RunningLab
+from tests.e2e.conftest import RunningLab, built_lab
 from tests.e2e.test_roleswap_lab import history, job_state, node, sbatch, wait_for
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
@@ -50,14 +50,8 @@ pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
-    running = RunningLab(4)
-    try:
-        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
-                               "60", timeout=1500)
-        assert res.returncode == 0, res.stdout + res.stderr
+    with built_lab(4, minimal_image) as running:
         yield running
-    finally:
-        running.down()
 
 
 def decommission(lab: RunningLab, *args: str) -> tuple[int, Any]:

@@ -43,8 +43,7 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ from stacks.racklife_pulumi.providers import (
     PoolMembershipProvider,
     SlurmNodeRegistrationProvider,
 )
-from tests.e2e.conftest import RunningLab, firmware_version, publish_version
+from tests.e2e.conftest import RunningLab, firmware_version, publish_version, wait_for
 from tests.e2e.host import Created, HostError, ProviderHost, host_env
 from tests.stacks.mocks import Recorder, Seen, kind, run_program
 
@@ -126,13 +125,6 @@ def kube_has(lab: RunningLab, cache: Path, name: str) -> bool:
 
 def power(lab: RunningLab, name: str) -> str:
     return str(next(n for n in lab.status()["nodes"] if n["name"] == name)["power"])
-
-
-def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _the_host_drives_each_resource(lab: RunningLab, config: dict[str, str], tmp: Path) -> None:

@@ -36,14 +36,14 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import EXE, RunningLab, publish_version
+from tests.e2e.conftest import EXE, RunningLab, built_lab, publish_version, wait_for
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 UPGRADED = ["node-01", "node-02", "node-03", "node-04"]
@@ -54,21 +54,8 @@ SERVING = {"idle", "allocated", "mixed", "completing"}
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
     # 7 nodes: one IPMI BMC (node-04). With 8, the lab's two IPMI BMCs (node-04, node-08) both time out on
     # session setup when refresh reads them together, and the build does not converge (reported separately).
-    running = RunningLab(7)
-    try:
-        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
-                               "60", timeout=1800)
-        assert res.returncode == 0, res.stdout + res.stderr
+    with built_lab(7, minimal_image, timeout=1800) as running:
         yield running
-    finally:
-        running.down()
-
-
-def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def pinned(lab: RunningLab, tmp: Path, version: str) -> Path:

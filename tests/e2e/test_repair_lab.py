@@ -37,7 +37,7 @@ import pytest
 from burnin.parsers import xid as xid_parser
 from lifecycle.lab.kube.run import KubeAdmin
 from lifecycle.store import Store, health
-from tests.e2e.conftest import EXE, RunningLab
+from tests.e2e.conftest import EXE, RunningLab, built_lab
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
@@ -46,14 +46,8 @@ BREAKER_OPEN = "breaker open: no new automatic repair"
 
 @pytest.fixture(scope="module")
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
-    running = RunningLab(4)
-    try:
-        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
-                               "60", timeout=1500)
-        assert res.returncode == 0, res.stdout + res.stderr
+    with built_lab(4, minimal_image) as running:
         yield running
-    finally:
-        running.down()
 
 
 def wait_for(done: Callable[[], bool], seconds: float, what: str, log: Path) -> None:

@@ -41,7 +41,7 @@ import yaml
 
 from lifecycle.lab.kube.run import KubeAdmin
 from lifecycle.store import Store, leases
-from tests.e2e.conftest import EXE, RunningLab
+from tests.e2e.conftest import EXE, RunningLab, built_lab, wait_for
 
 pytestmark = [pytest.mark.xdist_group("lab"), pytest.mark.slow]
 IMAGES: list[Path] = []  # the built images the lab was built from (a --reimage boots them again)
@@ -50,21 +50,8 @@ IMAGES: list[Path] = []  # the built images the lab was built from (a --reimage 
 @pytest.fixture(scope="module")
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
     IMAGES[:] = [minimal_image]
-    running = RunningLab(4)
-    try:
-        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
-                               "60", timeout=1500)
-        assert res.returncode == 0, res.stdout + res.stderr
+    with built_lab(4, minimal_image) as running:
         yield running
-    finally:
-        running.down()
-
-
-def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def swap(lab: RunningLab, *args: str) -> tuple[int, Any]:

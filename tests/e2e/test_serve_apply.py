@@ -33,7 +33,7 @@ from lifecycle.workflows.controller import live_services
 from tests.e2e import slurm_reads as reads
 from tests.e2e.conftest import EXE, RunningLab
 from tests.postgres import throwaway_postgres
-from tests.serving import wait_live
+from tests.serving import stop_services, wait_live
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
@@ -246,14 +246,7 @@ def test_an_interrupted_apply_goes_on_in_the_service_and_a_killed_service_s_appl
                                        text=True, timeout=600)
                 assert again.returncode == 0 and "no changes" in again.stderr, again.stdout + again.stderr
             finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.send_signal(signal.SIGTERM)
-                for p in procs:
-                    try:
-                        p.wait(30)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+                stop_services(procs)
                 store.close()
     finally:
         lab.down()

@@ -29,6 +29,7 @@ from lifecycle.model.states import State
 from lifecycle.store import Store, connect, leases
 from tests.e2e.conftest import EXE, RunningLab
 from tests.postgres import throwaway_postgres
+from tests.serving import stop_services
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
@@ -131,12 +132,5 @@ def test_survivor_finishes_a_killed_services_runs(lab16: RunningLab, pg: str, mi
         print(f"taken over {taken_after:.0f} s and finished {took:.0f} s after the kill; boots {boots}; "
               f"attempts {attempts}")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_services(procs)
         store.close()

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from lifecycle.drivers.bmc.factory import driver_for
 from lifecycle.lab.redfish_emulator.update_service import make_image
 from lifecycle.model.inventory import load_inventory
 from lifecycle.planner.plan import NOT_YET, Action
-from tests.e2e.conftest import RunningLab, firmware_version, publish_version
+from tests.e2e.conftest import RunningLab, firmware_version, publish_version, wait_for
 from tests.terraform.tfhelp import Workdir, terraform_bin
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
@@ -52,13 +51,6 @@ def lab() -> Iterator[RunningLab]:
         yield running
     finally:
         running.down()
-
-
-def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def nodes(lab: RunningLab) -> dict[str, dict[str, Any]]:

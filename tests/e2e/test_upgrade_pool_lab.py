@@ -25,7 +25,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from lifecycle.model.states import State
 from lifecycle.store import Store
 from lifecycle.workflows import engine
 from lifecycle.workflows.upgrade import STATUS
-from tests.e2e.conftest import EXE, RunningLab, publish_version
+from tests.e2e.conftest import EXE, RunningLab, built_lab, publish_version, wait_for
 
 pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 NODES = [f"node-{i:02d}" for i in range(1, 17)]
@@ -46,21 +46,9 @@ SERVING = {"idle", "allocated", "mixed", "completing"}
 
 @pytest.fixture(scope="module")
 def lab16(minimal_image: Path) -> Iterator[RunningLab]:
-    running = RunningLab(16, boot_time=0.5, extra=("--ipmi-every", "0", "--inference", "0"))
-    try:
-        res = running.racklife("build", str(running.inventory), "--images", str(minimal_image), "--boot-timeout",
-                               "60", timeout=1800)
-        assert res.returncode == 0, res.stdout + res.stderr
+    with built_lab(16, minimal_image, timeout=1800, boot_time=0.5,
+                   extra=("--ipmi-every", "0", "--inference", "0")) as running:
         yield running
-    finally:
-        running.down()
-
-
-def wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def slurm(lab: RunningLab, *args: str) -> str:
