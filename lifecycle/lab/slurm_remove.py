@@ -139,7 +139,13 @@ def remove(lab_dir: Path, node: str) -> str:
     state = json.loads((lab_dir / STATE_FILE).read_text(encoding="utf-8"))
     conf = Path(state["slurm_conf"])
     changed = []
-    line = node_line_of(conf.read_text(encoding="utf-8"), node)
+    text = conf.read_text(encoding="utf-8")
+    if defined_nodes(text) == {node}:
+        # slurmctld refuses to start on a slurm.conf that defines no node ("no nodes configured"): the
+        # files are left as they are and the controller keeps running, rather than restarted into a crash.
+        raise ValueError(f"{node} is the last node slurm.conf defines; slurmctld does not start without one, "
+                         "so it is left in the lab's Slurm files")
+    line = node_line_of(text, node)
     if line is not None:  # kept, so a later registration gives the node back its own slurmd's port
         (lab_dir / REMOVED_DIR).mkdir(exist_ok=True)
         (lab_dir / REMOVED_DIR / f"{node}.line").write_text(line + "\n", encoding="utf-8")

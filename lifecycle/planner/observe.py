@@ -28,6 +28,7 @@ from lifecycle.drivers.errors import DriverError
 from lifecycle.drivers.kube.types import KubeNode
 from lifecycle.drivers.slurm.types import SlurmJob, SlurmNode
 from lifecycle.model.inventory import BmcSpec, Inventory, Pool
+from lifecycle.model.states import State
 from lifecycle.planner.observed import (
     AcceptanceSeen,
     BmcSeen,
@@ -287,7 +288,7 @@ def observe(store: Store, records: Sequence[NodeRecord], sources: Sources,
                 errors[Source.SLURM] = slurm
             elif rec.name in slurm[0]:
                 o = replace(o, slurm=_slurm_seen(slurm[0][rec.name], slurm[1].get(rec.name, [])))
-            else:
+            elif rec.state is not State.DECOMMISSIONED:  # a decommission takes the node out of slurm.conf
                 errors[Source.SLURM] = "Slurm does not know the node"
         if pools[rec.name] == "kubernetes":
             if isinstance(kube, str):

@@ -60,11 +60,13 @@ def lease_nodes(nodes: list[str], workflow: str) -> dict[str, str]:
     ``begin_run``: one journaled step, not two); idempotent, as a step re-run after a crash needs."""
     store = shared_store()
     run_id = current_run_id()
-    found = leases.holders(store, nodes)
-    others = {le.run_id for le in found.values() if le.run_id != run_id}
-    known = statuses(others)
-    over = {r for r in others if known.get(r, "SUCCESS") not in LIVE}
-    out = leases.take(store, nodes, run_id, workflow, replaceable=over)
+    out = leases.take(store, nodes, run_id, workflow)
+    if out.held:  # the engine is asked about other holders only when there are some: one transaction, usually
+        others = {le.run_id for le in out.held.values()}
+        known = statuses(others)
+        over = {r for r in others if known.get(r, "SUCCESS") not in LIVE}
+        if over:
+            out = leases.take(store, nodes, run_id, workflow, replaceable=over)
     return {n: holder_message(n, le) for n, le in out.held.items()}
 
 

@@ -160,7 +160,8 @@ _drivers: dict[str, tuple[BmcDriver, Node]] = {}
 _drivers_lock = threading.Lock()
 
 
-def _bmc(node: str) -> tuple[BmcDriver, Node]:
+def _bmc(node: str, spec: Node | None = None) -> tuple[BmcDriver, Node]:
+    """The run's driver and the node's record; ``spec``: the record as the caller has just read it."""
     # Imported here: the factory pulls in vendor SDKs only when a BMC is really used.
     from lifecycle.workflows.bmc_calls import open_bmc
 
@@ -169,7 +170,7 @@ def _bmc(node: str) -> tuple[BmcDriver, Node]:
         got = _drivers.get(run)
     if got is None:
         store = shared_store()
-        spec = store.get(node).node()
+        spec = spec or store.get(node).node()
         got = (open_bmc(node, store, spec=spec), spec)
         with _drivers_lock:
             _drivers[run] = got
@@ -211,12 +212,12 @@ def _bmc_failure(exc: DriverError) -> str:
     return f"BMC {type(exc).__name__.lower()}: {exc.message}"
 
 
-def _begin(store: Store, node: str, image_label: str) -> State:
-    """Enter this run's first state; return it: inspecting, provisioning, or where the node is.
+def _begin(store: Store, node: str, state: State, image_label: str) -> State:
+    """Enter this run's first state from ``state`` (as just read); return it: inspecting,
+    provisioning, or where the node is.
 
     Run again (a step cut off after its commit), it finds the state it set.
     """
-    state = store.get(node).state
     run = current_run_id()
     if state in (State.ENROLLED, State.INSPECT_FAILED):
         state = store.transition(node, "inspect", Actor.WORKFLOW, "provisioning starts with inspection",
@@ -248,10 +249,11 @@ def begin_run(node: str, image_label: str, boot: BootRequest | None = None) -> d
     if held:
         return {"held": held[node], "state": "", "inspected": False, "reason": ""}
     store = shared_store()
-    state = _begin(store, node, image_label)
+    record = store.get(node)  # one read for the state and the record the BMC is opened from
+    state = _begin(store, node, record.state, image_label)
     inspected = False
     if state is State.INSPECTING:
-        driver, spec = _bmc(node)
+        driver, spec = _bmc(node, record.node())
         problems = _mismatches(spec, driver.inspect())
         if problems:
             return {"held": "", "state": state.value, "inspected": True, "reason": "; ".join(problems)}

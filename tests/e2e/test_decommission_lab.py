@@ -1,7 +1,9 @@
-"""`racklife decommission` on a built 4-node lab: real Slurm, the Redfish emulator, the Kubernetes stand-in.
+"""`racklife decommission` on a built 5-node lab: real Slurm, the Redfish emulator, the Kubernetes stand-in.
 
-node-01..03 serve the training pool (Slurm), node-04 the inference pool
-(Kubernetes, an IPMI BMC). In order, on one lab:
+node-01..04 serve the training pool (Slurm), node-05 the inference pool
+(Kubernetes, an IPMI BMC). node-04 stays in Slurm throughout: slurmctld does
+not start on a slurm.conf that defines no node, so the lab's hook never takes
+out the last one. In order, on one lab:
 
 - a job runs on node-03: the decommission is refused (exit 5), nothing
   changes, the job keeps running; with ``--force --erase --reset-bmc`` the job
@@ -23,7 +25,7 @@ node-01..03 serve the training pool (Slurm), node-04 the inference pool
   ``not-erased``; healthy again, with drives that keep no sanitize log
   (``no-sanitize-log``), the same command finishes it on the samples alone
   (method ``sampled-read``);
-- node-04's IPMI BMC cannot erase: refused by name; a pod on it refuses the
+- node-05's IPMI BMC cannot erase: refused by name; a pod on it refuses the
   decommission until ``--force`` evicts it (named in the report); it leaves
   Kubernetes and its Node object is deleted.
 """
@@ -50,7 +52,7 @@ pytestmark = [pytest.mark.xdist_group("lab-b"), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def lab(minimal_image: Path) -> Iterator[RunningLab]:
-    with built_lab(4, minimal_image) as running:
+    with built_lab(5, minimal_image, extra=("--ipmi-every", "5")) as running:
         yield running
 
 
@@ -84,8 +86,8 @@ def test_decommission_in_the_lab(lab: RunningLab, tmp_path: Path, minimal_image:
 
 def _refused_while_a_job_runs_then_forced_with_a_verified_erase(lab: RunningLab, tmp_path: Path,
                                                                 images: tuple[str, ...]) -> None:
-    # Kept off node-01 and node-02 (not pinned to node-03: a job naming a node Slurm no longer has is dropped).
-    job = sbatch(lab, "-x", "node-01,node-02", "--wrap", "sleep 300")
+    # Kept off the others (not pinned to node-03: a job naming a node Slurm no longer has is dropped).
+    job = sbatch(lab, "-x", "node-01,node-02,node-04", "--wrap", "sleep 300")
     wait_for(lambda: job_state(lab, job)[0] == "RUNNING", 30, "the job to run")
     before = len(history(lab, "node-03"))
     code, out = decommission(lab, "node-03", "--erase", *images)
@@ -207,23 +209,23 @@ def _an_erase_the_bmc_fails_is_not_a_decommission(lab: RunningLab, images: tuple
 
 
 def _ipmi_cannot_erase_and_a_kubernetes_node_leaves_the_node_list(lab: RunningLab) -> None:
-    code, out = decommission(lab, "node-04", "--erase")
+    code, out = decommission(lab, "node-05", "--erase")
     assert code == 5 and "the ipmi driver offers" in out[0]["reason"], out
-    assert node(lab, "node-04")["state"] == "in_service"
+    assert node(lab, "node-05")["state"] == "in_service"
     kube = KubeApiDriver.from_kubeconfig(Path(lab.env["KUBECONFIG"]))
-    assert "node-04" in {n.name for n in kube.nodes()}
+    assert "node-05" in {n.name for n in kube.nodes()}
     KubeAdmin.from_kubeconfig(Path(lab.env["KUBECONFIG"])).create_pod(
-        "llm-0", "node-04", labels={"app": "llm"}, owner_kind="ReplicaSet")
-    code, out = decommission(lab, "node-04")
+        "llm-0", "node-05", labels={"app": "llm"}, owner_kind="ReplicaSet")
+    code, out = decommission(lab, "node-05")
     assert code == 5 and "pod default/llm-0" in out[0]["reason"], out
-    assert node(lab, "node-04")["state"] == "in_service"
-    code, out = decommission(lab, "node-04", "--force")
+    assert node(lab, "node-05")["state"] == "in_service"
+    code, out = decommission(lab, "node-05", "--force")
     assert code == 0, out
     assert out[0]["leave"]["report"]["evicted"] == ["default/llm-0"], out[0]["leave"]
     assert out[0]["scheduler"] == {"node_object": "deleted", "gone": True}, out[0]["scheduler"]
-    assert "node-04" not in {n.name for n in kube.nodes()}
+    assert "node-05" not in {n.name for n in kube.nodes()}
     kube.close()
-    assert node(lab, "node-04")["state"] == "decommissioned"
+    assert node(lab, "node-05")["state"] == "decommissioned"
 
 
 def _apply_decommissions_a_node_removed_from_the_inventory_and_its_name_is_reused(lab: RunningLab,
@@ -237,6 +239,7 @@ def _apply_decommissions_a_node_removed_from_the_inventory_and_its_name_is_reuse
     assert [(s["action"], s["implemented"]) for s in steps["node-01"]] == [("decommission", True)], planned.stdout
     applied = lab.racklife("apply", str(without), "--yes", "--json", timeout=900)
     assert "Traceback" not in applied.stderr, applied.stderr
+    assert applied.returncode == 0, applied.stdout + applied.stderr
     done = [d for d in json.loads(applied.stdout)["done"] if d["node"] == "node-01"]
     assert [(d["action"], d["ok"]) for d in done] == [("decommission", True)], applied.stdout
     assert node(lab, "node-01")["state"] == "decommissioned" and not slurm_knows(lab, "node-01")
