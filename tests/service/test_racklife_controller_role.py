@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -111,8 +112,18 @@ def test_role_installs_the_unit_idempotently_and_the_unit_starts_serve(repo_dir:
                 finally:
                     store.close()
             time.sleep(0.3)
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as resp:
-            assert b"racklife_nodes" in resp.read()
+        # The heartbeat is written when the service's executor starts; its /metrics listener comes up just after.
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as resp:
+                    body = resp.read()
+                break
+            except urllib.error.URLError as e:
+                if not isinstance(e.reason, ConnectionRefusedError):
+                    raise
+                time.sleep(0.3)
+        assert b"racklife_nodes" in body
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
     finally:
