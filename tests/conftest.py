@@ -62,3 +62,14 @@ def _default_output() -> Iterator[None]:
 
     with _output.using(_output.Output()):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _no_unanswered_sources() -> Iterator[None]:
+    """Each test starts with no source held as unanswered (``observe.UNANSWERED``: process-wide, so a BMC
+    one test left failing would be read without retries by the next test that names the same node)."""
+    from lifecycle.planner.observe import UNANSWERED
+
+    UNANSWERED.clear()
+    yield
+    UNANSWERED.clear()

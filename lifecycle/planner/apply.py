@@ -39,6 +39,10 @@ MAX_WAVES = 12
 # (a BMC or Slurm that timed out under load) observes again after each of these pauses before the apply
 # stops: one failed read is not the fleet's state. A source that stays unreadable still blocks.
 UNREADABLE_PAUSES_S: tuple[float, ...] = (1.0, 3.0, 6.0)
+UNREADABLE_PATIENCE_S = 60.0
+"""No pause starts once a wave has spent this long deciding: a source that is dead, not busy, already took
+its retries (a dead slurmctld: 50 s for the first read), and the reads after it are single tries
+(``observe.UNANSWERED_HOLD_S``); 226 s of re-reading was measured without these bounds."""
 SLURMD_SETTLE_S = 60.0
 """How long a wave with nothing else to do looks again at a node that Slurm has down while it is powered
 (its slurmd may still be registering after a power cycle) before the down blocks it (fail closed)."""
@@ -150,7 +154,8 @@ def decide(store: Store, inv: Inventory | None, names: Sequence[str] | None, sou
     ``failed``: nodes whose step failed earlier in this apply; ``skipped``: nodes it left for later.
     """
     pauses = iter(UNREADABLE_PAUSES_S)
-    settle_until = time.monotonic() + SLURMD_SETTLE_S
+    started = time.monotonic()
+    settle_until = started + SLURMD_SETTLE_S
     while True:
         p = plan_fleet(store, inv, names, sources)
         ready = {n.node: n.steps[0].action for n in p.nodes if n.node not in failed and n.node not in skipped
@@ -161,7 +166,7 @@ def decide(store: Store, inv: Inventory | None, names: Sequence[str] | None, sou
         open_ = [n for n in p.nodes if n.blockers and n.node not in failed and n.node not in skipped]
         blocked = {n.node: "; ".join(f"{b.kind}: {b.message}" for b in n.blockers) for n in open_}
         unreadable = [n for n in open_ if all(b.kind == "unreadable" for b in n.blockers)]
-        pause = next(pauses, None) if unreadable else None
+        pause = next(pauses, None) if unreadable and time.monotonic() - started < UNREADABLE_PATIENCE_S else None
         if pause is None and any(_registering(n) for n in open_) and time.monotonic() < settle_until:
             pause = SLURMD_SETTLE_POLL_S
         if pause is None:

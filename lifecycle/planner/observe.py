@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -43,7 +44,51 @@ from lifecycle.store import AcceptanceRecord, NodeRecord, Store
 from lifecycle.store import observations as stored
 from lifecycle.workflows.retry import retrier
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 BMC_WORKERS = 32
+UNANSWERED_HOLD_S = 300.0
+"""For this long after a source failed through the whole retry policy, it is read once, not retried: a
+dead slurmctld costs each later observation one read (9 s of scontrol), not the policy's four and its
+backoff (50 s), and one dead BMC no longer holds every wave of an apply for its retries. An answer ends it."""
+
+
+class _Unanswered:
+    """The sources (``slurm``, ``kubernetes``, ``bmc:NODE``) of this process whose last read failed, and when."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._since: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.clock = clock
+
+    def read(self, key: str, fn: Callable[..., _R], *args: Any) -> _R:
+        """``fn(*args)`` under the retry policy, or once while ``key`` is held (it failed in the last
+        ``UNANSWERED_HOLD_S``: the hold runs from the failure of a whole policy, so one comes each period)."""
+        with self._lock:
+            since = self._since.get(key)
+        held = since is not None and self.clock() - since < UNANSWERED_HOLD_S
+        try:
+            out = fn(*args) if held else retrier().call(fn, *args)
+        except Exception:
+            if not held:
+                with self._lock:
+                    self._since[key] = self.clock()
+            raise
+        with self._lock:
+            self._since.pop(key, None)
+        return out
+
+    def failing(self) -> list[str]:
+        with self._lock:
+            return sorted(self._since)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._since.clear()
+
+
+UNANSWERED = _Unanswered()
 
 
 class SlurmReader(Protocol):
@@ -145,7 +190,7 @@ def read_bmc(sources: Sources, node: str, spec: BmcSpec, firmware_too: bool = Fa
 
 def _bmc(sources: Sources, rec: NodeRecord, firmware_too: bool, bios: Collection[str]) -> BmcSeen | str:
     try:
-        return retrier().call(read_bmc, sources, rec.name, rec.node().bmc, firmware_too, bios)
+        return UNANSWERED.read(f"bmc:{rec.name}", read_bmc, sources, rec.name, rec.node().bmc, firmware_too, bios)
     except (DriverError, ValueError, OSError) as exc:
         return str(exc)
 
@@ -163,7 +208,7 @@ def read_slurm(sources: Sources) -> tuple[dict[str, SlurmNode], dict[str, list[s
 
 def _slurm(sources: Sources) -> tuple[dict[str, SlurmNode], dict[str, list[str]]] | str:
     try:
-        return retrier().call(read_slurm, sources)
+        return UNANSWERED.read("slurm", read_slurm, sources)
     except (DriverError, ValueError, OSError, RuntimeError) as exc:
         return str(exc)
 
@@ -178,7 +223,7 @@ def read_kube(sources: Sources) -> dict[str, KubeNode]:
 
 def _kube(sources: Sources) -> dict[str, KubeNode] | str:
     try:
-        return retrier().call(read_kube, sources)
+        return UNANSWERED.read("kubernetes", read_kube, sources)
     except (DriverError, ValueError, OSError, RuntimeError) as exc:
         return str(exc)
 
@@ -209,10 +254,6 @@ def _boot(last: tuple[dict[str, Any], datetime] | None) -> BootSeen:
     report, at = last
     image, version = report.get("image"), report.get("image_version")
     return BootSeen(str(image) if image else None, str(version) if version else None, at)
-
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 class _Reads(Generic[_T, _R]):
