@@ -171,6 +171,17 @@ def _foreign(node: str, pool: Pool, s: DecommissionSettings) -> str:
         getattr(kube, "close", lambda: None)()
 
 
+def _last_in_slurm(node: str) -> str:
+    """The node is the only one Slurm has: taking it out of slurm.conf leaves a controller that does not
+    start ("no nodes configured", slurmctld 22.05), so the decommission is refused before it drains."""
+    if not slurm_known(node):
+        return ""  # out of Slurm already (a decommission that is resumed)
+    if [n.name for n in slurm().nodes()] == [node]:
+        return (f"{node} is the last node Slurm has: slurmctld does not start on a slurm.conf that defines "
+                "no node; add another node first")
+    return ""
+
+
 def running(node: str, pool: Pool, s: DecommissionSettings) -> list[str]:
     """The jobs or pods holding the node now (a DaemonSet's or mirror pod is not work on it)."""
     if pool.scheduler == "slurm":
@@ -212,6 +223,8 @@ def prechecks(store: Store, node: str, s: DecommissionSettings) -> Checked:
         return out
     if pool.scheduler in ("slurm", "kubernetes"):
         out.checks.append(guard("no foreign drain or cordon", lambda: _foreign(node, pool, s)))
+        if pool.scheduler == "slurm":
+            out.checks.append(guard("not the last node Slurm has", lambda: _last_in_slurm(node)))
         busy = guard("no jobs or pods running", lambda: _busy(node, pool, s))
         if s.force and not busy.ok and not busy.detail.startswith("could not be read"):
             busy = Check(busy.name, True, f"--force: {busy.detail} (requeued or evicted)")
