@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 from lifecycle.drivers.bmc.base import Capability
 from lifecycle.drivers.bmc.bios_text import as_text, typed_like
 from lifecycle.drivers.bmc.factory import unsupported_reason
+from lifecycle.drivers.slurm.types import NodeState
 from lifecycle.model.inventory import FirmwareBaseline, Node, Pool
 from lifecycle.model.states import State
 
@@ -201,6 +202,22 @@ def _down_powered_on(o: Observation, d: Desired) -> str | None:
     return (f"down in Slurm ({o.slurm.reason!r}) while its BMC does not say off: a node just power-cycled is "
             "down until its slurmd registers again (ReturnToService=2); apply looks again for a while before "
             "it holds the down against the node")
+
+
+# States racklife provisions a node from: its first step power-cycles the node.
+UNPROVISIONED = frozenset({State.ENROLLED, State.AVAILABLE, State.INSPECT_FAILED, State.PROVISION_FAILED})
+
+
+def _slurm_working(o: Observation, d: Desired) -> str | None:
+    """Slurm runs work on a node racklife would provision (power-cycle): the node is not racklife's to take."""
+    if o.slurm is None or o.state not in UNPROVISIONED:
+        return None
+    base, *flags = o.slurm.state.split("+")
+    if not o.slurm.jobs and not NodeState(base.rstrip("*").lower(), frozenset(f.upper() for f in flags)).busy:
+        return None
+    jobs = f": jobs {', '.join(o.slurm.jobs)}" if o.slurm.jobs else ""
+    return (f"Slurm runs work on it ({o.slurm.state}{jobs}) while racklife has it {o.state}: provisioning "
+            "power-cycles a node, so racklife leaves it until Slurm's jobs on it are done")
 
 
 def _own_drain(o: Observation, d: Desired) -> str | None:
@@ -402,6 +419,7 @@ RULES: tuple[Rule, ...] = (
     Rule(Source.SLURM, "down-powered-off", _down_powered_off),
     Rule(Source.SLURM, "down-powered-on", _down_powered_on),
     Rule(Source.SLURM, "own-drain", _own_drain),
+    Rule(Source.SLURM, "slurm-working", _slurm_working),
     Rule(Source.SLURM, "partition", _partition),
     Rule(Source.KUBE, "node", _kube_node),
     Rule(Source.KUBE, "labels", _kube_labels),

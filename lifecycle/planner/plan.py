@@ -90,7 +90,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Blocker:
-    kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | held | unreadable | pool-floor
+    kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | jobs-running | held | unreadable
+    # | pool-floor | …: BLOCKING_DRIFT's
     #            | no-firmware-interface | firmware-unknown | no-bios-interface | bios-unknown | driver-unknown
     message: str
 
@@ -196,7 +197,8 @@ BY_DRIFT: dict[str, tuple[Action, ...]] = {
 BLOCKING_DRIFT: dict[str, str] = {"foreign-drain": "foreign-drain", "foreign-cordon": "foreign-cordon",
                                   "unreadable": "unreadable", "firmware-unsupported": "no-firmware-interface",
                                   "firmware-unknown": "firmware-unknown", "bios-unsupported": "no-bios-interface",
-                                  "bios-unknown": "bios-unknown", "driver-unknown": "driver-unknown"}
+                                  "bios-unknown": "bios-unknown", "driver-unknown": "driver-unknown",
+                                  "slurm-working": "jobs-running"}
 
 
 # Why a step follows the one before it, when the first step's reason is not its own.

@@ -107,3 +107,32 @@ def test_down_after_power_loss_is_not_a_foreign_hold_but_down_with_power_is(desi
     assert kinds(on, desired) == {(Source.SLURM, "foreign-drain"), (Source.SLURM, "down-powered-on")}
     assert kinds(replace(on, slurm=replace(down, drained=True)), desired) == \
         {(Source.SLURM, "foreign-drain")}  # a drain is an owner's hold: no registration ends it
+
+
+@pytest.mark.parametrize("state", [State.ENROLLED, State.AVAILABLE, State.INSPECT_FAILED, State.PROVISION_FAILED])
+def test_jobs_on_a_node_racklife_would_provision_block_it(desired: Desired, state: State) -> None:
+    """Provisioning power-cycles the node: racklife never takes one from under Slurm's jobs (an import of a
+    fleet already serving leaves its nodes enrolled in the store)."""
+    from lifecycle.planner.plan import plan_node
+
+    base = replace(healthy(desired), state=state, bmc=BmcSeen("on"),
+                   acceptance=AcceptanceSeen(False))
+    working = replace(base, slurm=SlurmSeen("mixed", False, False, "", "none", None, None, ("training",),
+                                            ("4242",)))
+    assert kinds(working, desired) == {(Source.SLURM, "slurm-working")}
+    node = plan_node(working, desired)
+    assert [b.kind for b in node.blockers] == ["jobs-running"] and node.steps == []
+    assert "jobs 4242" in node.blockers[0].message and state.value in node.blockers[0].message
+    # Allocated with the job list not (yet) showing it: still Slurm's.
+    allocated = replace(base, slurm=SlurmSeen("allocated", False, False, "", "none", None, None, ("training",)))
+    assert [b.kind for b in plan_node(allocated, desired).blockers] == ["jobs-running"]
+    # Idle, no jobs: provisioned as planned.
+    idle = replace(base, slurm=SlurmSeen("idle", False, False, "", "none", None, None, ("training",)))
+    assert (Source.SLURM, "slurm-working") not in kinds(idle, desired)
+    assert plan_node(idle, desired).steps[0].action.value == "provision"
+
+
+def test_jobs_on_a_node_in_service_are_not_slurm_working(desired: Desired) -> None:
+    busy = replace(healthy(desired), slurm=SlurmSeen("allocated", False, False, "", "none", None, None,
+                                                     (desired.pool.partition or "",), ("7",)))
+    assert kinds(busy, desired) == set()
