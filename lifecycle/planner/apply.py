@@ -25,6 +25,7 @@ from lifecycle.model.limits import Unavailable as Unavailable  # re-exported: fr
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
+from lifecycle.planner.observed import Observation
 from lifecycle.planner.plan import Action, NodePlan, Plan, Step
 from lifecycle.store import Store
 
@@ -103,10 +104,25 @@ class ApplyReport:
                 "remaining": self.final.to_json() if self.final else None}
 
 
+def _out_as_seen(o: Observation | None) -> bool:
+    """The node's last observation shows it not serving its scheduler: drained or down in Slurm, not Ready
+    or cordoned in Kubernetes (by anyone). None (never observed): the store's word stands."""
+    if o is None:
+        return False
+    if o.slurm is not None and (o.slurm.drained or o.slurm.down):
+        return True
+    return o.kube is not None and (not o.kube.registered or not o.kube.ready or o.kube.cordoned)
+
+
 def _unavailable(store: Store, pool: str) -> tuple[int, int]:
-    """(nodes of the pool out of service now, nodes of the pool); a decommissioned node is neither."""
+    """(nodes of the pool out of service now, nodes of the pool); a decommissioned node is neither.
+
+    Out: what the store does not have in service, and a node it has in service that its scheduler, as
+    last observed, does not (an admin's drain takes capacity away as surely as racklife's own)."""
     nodes = [r for r in store.nodes(pool=pool) if r.state is not State.DECOMMISSIONED]
-    return sum(r.state is not State.IN_SERVICE for r in nodes), len(nodes)
+    serving = [r.name for r in nodes if r.state is State.IN_SERVICE]
+    seen = observe.load(store, serving) if serving else {}
+    return len(nodes) - len(serving) + sum(_out_as_seen(seen.get(n)) for n in serving), len(nodes)
 
 
 def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySettings,

@@ -115,3 +115,49 @@ def test_a_driver_or_bios_wave_takes_no_more_than_max_unavailable(tmp_path: Path
         assert "max unavailable 1" in skipped[members[1]]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("seen_as", ["drained", "down", "not-ready", "cordoned", "serving"])
+def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_service(
+        tmp_path: Path, repo_dir: Path, seen_as: str) -> None:
+    """An admin's drain, a node down in Slurm or not Ready in Kubernetes takes capacity away as surely as
+    racklife's own leave: apply counted only the store's states, and took a second node out beside it."""
+    from datetime import UTC, datetime
+
+    import sqlalchemy as sa
+
+    from lifecycle.model.inventory import load_inventory
+    from lifecycle.model.states import State
+    from lifecycle.planner import observe
+    from lifecycle.planner.apply import ApplySettings, _within_limits
+    from lifecycle.planner.observed import KubeSeen, Observation, SlurmSeen
+    from lifecycle.planner.plan import Action
+    from lifecycle.store import Store, db
+
+    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    try:
+        inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
+        store.import_inventory(inv)
+        members = sorted(r.name for r in store.nodes(pool="training"))
+        with store.engine.begin() as conn:
+            conn.execute(sa.update(db.nodes).where(db.nodes.c.name.in_(members)).values(state=State.IN_SERVICE.value))
+        slurm = SlurmSeen("idle", False, False, "", "none", None, None, ("training",))
+        kube = None
+        if seen_as == "drained":
+            slurm = SlurmSeen("idle+DRAIN", True, False, "admin: bad DIMM", "other", None, "alice", ("training",))
+        elif seen_as == "down":
+            slurm = SlurmSeen("down+NOT_RESPONDING", False, True, "Not responding", "other", None, "slurm",
+                              ("training",))
+        elif seen_as in ("not-ready", "cordoned"):
+            slurm = None
+            kube = KubeSeen(True, seen_as == "cordoned", seen_as == "cordoned", "other", None, {}, ())
+        observe.save(store, [Observation(members[0], datetime.now(UTC), State.IN_SERVICE, "training",
+                                         slurm=slurm, kube=kube)])
+        skipped: dict[str, str] = {}
+        chosen = _within_limits(store, Action.LEAVE, [members[1]], ApplySettings("t"), skipped)
+        if seen_as == "serving":
+            assert chosen == [members[1]] and skipped == {}
+        else:
+            assert chosen == [] and f"1 of {len(members)} out of service already" in skipped[members[1]]
+    finally:
+        store.close()
