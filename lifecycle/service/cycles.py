@@ -60,7 +60,7 @@ def read_cycles(store: Store) -> tuple[CycleRow, ...]:
          .order_by(c.c.id))
     seen: set[tuple[str, str]] = set()
     out = []
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             if (r.node, r.reason) in seen:
                 continue

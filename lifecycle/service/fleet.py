@@ -145,7 +145,7 @@ def _nodes(store: Store) -> tuple[list[NodeRecord], tuple[NodeRow, ...]]:
     t = db.transitions
     latest = sa.select(t.c.node, sa.func.max(t.c.id).label("id")).group_by(t.c.node).subquery()
     q = sa.select(t.c.node, t.c.event, t.c.run_id).join(latest, t.c.id == latest.c.id)
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         last = {r.node: (r.event, r.run_id) for r in conn.execute(q)}
     rows = tuple(
         NodeRow(r.name, r.pool, r.sku, SKUS[r.sku].gpu_count if r.sku in SKUS else 0, r.state,
@@ -162,7 +162,7 @@ def _runs(store: Store) -> tuple[RunRow, ...]:
     ws = sa.table("workflow_status", sa.column("workflow_uuid"), sa.column("name"), sa.column("status"),
                   sa.column("created_at"), sa.column("updated_at"), schema=schema)
     q = sa.select(ws.c.workflow_uuid, ws.c.name, ws.c.status, ws.c.created_at, ws.c.updated_at)
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return tuple(RunRow(r.workflow_uuid, r.name or "unknown", r.status or "UNKNOWN",
                             _ms(r.created_at), _ms(r.updated_at)) for r in conn.execute(q))
 
@@ -171,7 +171,7 @@ def _acceptance(store: Store, skus: dict[str, str]) -> tuple[AcceptanceRow, ...]
     a = db.acceptance_records
     q = sa.select(a.c.node, a.c.passed, a.c.created_at, a.c.summary).order_by(a.c.created_at)
     out = []
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             try:
                 summary = json.loads(r.summary)
@@ -188,7 +188,7 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     """The fleet as the store holds it now: nodes, pools, runs, acceptance, observations and drift."""
     now = now or datetime.now(UTC)
     records, nodes = _nodes(store)
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         specs = {r.name: r.spec for r in conn.execute(sa.select(db.pools.c.name, db.pools.c.spec))}
     pools = tuple(sorted(set(specs) | {n.pool for n in nodes}))
     parsed = {p: Pool.model_validate(json.loads(spec)) for p, spec in specs.items() if spec}

@@ -75,7 +75,7 @@ def _aware(v: datetime) -> datetime:
 
 def _series(store: Store, times: list[datetime]) -> dict[str, dict[str, list[int]]]:
     t, n, c = db.transitions, db.nodes, db.node_changes
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         nodes = {r.name: (r.sku, r.pool) for r in conn.execute(sa.select(n.c.name, n.c.sku, n.c.pool))}
         pools = {r.name for r in conn.execute(sa.select(db.pools.c.name))} | {p for _s, p in nodes.values()}
         moves: dict[str, list[tuple[datetime, State]]] = defaultdict(list)
@@ -126,7 +126,7 @@ def build(store: Store, since: datetime, until: datetime | None = None, samples:
     a = db.acceptance_records
     q = (sa.select(a.c.node, a.c.passed, a.c.created_at, a.c.summary)
          .where(a.c.created_at >= since, a.c.created_at < until).order_by(a.c.created_at))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         acceptance = tuple(_entry(r.node, bool(r.passed), _aware(r.created_at), r.summary) for r in conn.execute(q))
     return FleetReport(since, until, tuple(times), _series(store, times), ledger, acceptance)
 

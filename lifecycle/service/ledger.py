@@ -66,7 +66,7 @@ def capacity_ledger(store: Store, since: datetime, until: datetime | None = None
     if until <= since:
         raise ValueError(f"the window is empty: since {since.isoformat()} is not before {until.isoformat()}")
     t, n, c = db.transitions, db.nodes, db.node_changes
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         nodes = {r.name: (r.sku, r.pool) for r in conn.execute(sa.select(n.c.name, n.c.sku, n.c.pool))}
         pools = sorted({r.name for r in conn.execute(sa.select(db.pools.c.name))} | {p for _s, p in nodes.values()})
         moves: dict[str, list[tuple[datetime, State]]] = defaultdict(list)

@@ -73,7 +73,7 @@ def _steps(store: Store, run_ids: list[str]) -> dict[str, tuple[int, str | None]
     q = (sa.select(ops.c.workflow_uuid, ops.c.function_id, ops.c.function_name)
          .where(ops.c.workflow_uuid.in_(run_ids)).order_by(ops.c.workflow_uuid, ops.c.function_id))
     out: dict[str, tuple[int, str | None]] = {}
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             count, _last = out.get(r.workflow_uuid, (0, None))
             out[r.workflow_uuid] = (count + 1, r.function_name)

@@ -84,7 +84,7 @@ def counts(store: Store) -> tuple[CallErrorCount, ...]:
     t = db.bmc_call_errors
     q = sa.select(t.c.hardware_type, t.c.vendor, t.c.error_class, sa.func.count().label("n")).group_by(
         t.c.hardware_type, t.c.vendor, t.c.error_class)
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         found = Counter({(r.hardware_type, r.vendor, r.error_class): int(r.n) for r in conn.execute(q)})
     return tuple(CallErrorCount(h, v, c, n) for (h, v, c), n in sorted(found.items()))
 

@@ -122,7 +122,7 @@ def set_outcome(store: Store, event_id: int, outcome: str, detail: str, run_id: 
 def waiting(store: Store) -> list[HealthEvent]:
     """Events that still want a repair (pending, or held back by an open breaker), oldest first."""
     t = db.health_events
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return [_event(r) for r in conn.execute(sa.select(t).where(t.c.outcome.in_(WAITING)).order_by(t.c.id))]
 
 
@@ -132,7 +132,7 @@ def events(store: Store, node: str | None = None, limit: int = 50) -> list[Healt
     q = sa.select(t).order_by(t.c.id.desc()).limit(limit)
     if node is not None:
         q = q.where(t.c.node == node)
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return [_event(r) for r in conn.execute(q)]
 
 
@@ -141,5 +141,5 @@ def counts(store: Store) -> Counter[tuple[str, str]]:
     t, n = db.health_events, db.nodes
     q = (sa.select(n.c.pool, t.c.outcome, sa.func.count()).select_from(t.join(n, t.c.node == n.c.name))
          .group_by(n.c.pool, t.c.outcome))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return Counter({(str(r[0]), str(r[1])): int(r[2]) for r in conn.execute(q)})

@@ -130,7 +130,7 @@ def release(store: Store, run_id: str, nodes: Collection[str] | None = None) -> 
 
 
 def leased_to(store: Store, run_id: str) -> list[str]:
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return sorted(r.node for r in conn.execute(sa.select(db.leases.c.node).where(db.leases.c.run_id == run_id)))
 
 
@@ -174,7 +174,7 @@ def _floor(conn: sa.Connection, pool: str, leaving: Collection[str], lock: bool)
 
 def floor_count(store: Store, pool: str, leaving: Collection[str]) -> FloorCount:
     """What the pool would keep if ``leaving`` left it too (reads only: a dry run, a plan)."""
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return _floor(conn, pool, leaving, lock=False)
 
 
@@ -268,6 +268,6 @@ def retire_executor(store: Store, executor_id: str) -> None:
 
 
 def executors(store: Store) -> list[Executor]:
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return [Executor(r.id, r.host, r.role, r.pid, r.pid_start, _aware(r.started_at), _aware(r.heartbeat_at))
                 for r in conn.execute(sa.select(db.executors))]

@@ -35,7 +35,7 @@ def load(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[
     q = sa.select(db.observations)
     if nodes is not None:
         q = q.where(db.observations.c.node.in_(list(nodes)))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC), json.loads(r.doc))
                 for r in conn.execute(q)}
 
@@ -59,7 +59,7 @@ def last_boot(store: Store, node: str) -> tuple[dict[str, Any], datetime] | None
     t = db.boot_tokens
     q = (sa.select(t.c.report, t.c.used_at).where(t.c.node == node, t.c.used_at.is_not(None), t.c.report.is_not(None))
          .order_by(t.c.used_at.desc()))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             report = json.loads(r.report)
             if isinstance(report, dict) and not report.get("superseded"):
@@ -84,7 +84,7 @@ def last_boots(store: Store, nodes: Collection[str] | None = None) -> dict[str, 
                .order_by(t.c.node, t.c.used_at.desc()), t.c.node, nodes)
     wanted = set(nodes) if nodes is not None else None
     out: dict[str, tuple[dict[str, Any], datetime]] = {}
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             if r.node in out or (wanted is not None and r.node not in wanted):
                 continue
@@ -100,7 +100,7 @@ def newest_acceptance(store: Store, nodes: Collection[str] | None = None) -> dic
     q = _among(sa.select(a).order_by(a.c.node, a.c.created_at.desc()), a.c.node, nodes)
     wanted = set(nodes) if nodes is not None else None
     out: dict[str, AcceptanceRecord] = {}
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         for r in conn.execute(q):
             if r.node not in out and (wanted is None or r.node in wanted):
                 out[r.node] = Store._acc(r)
@@ -113,6 +113,6 @@ def last_provisioned(store: Store, nodes: Collection[str] | None = None) -> dict
     q = _among(sa.select(t.c.node, sa.func.max(t.c.at).label("at")).where(t.c.target == State.PROVISIONED.value)
                .group_by(t.c.node), t.c.node, nodes)
     wanted = set(nodes) if nodes is not None else None
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC)) for r in conn.execute(q)
                 if wanted is None or r.node in wanted}

@@ -90,13 +90,13 @@ def _count(conn: sa.Connection, pool: str, node: str, lock: bool) -> BreakerCoun
 
 def count(store: Store, pool: str, node: str = "") -> BreakerCount:
     """The pool's breaker now (reads only: a dry run, a report); ``node`` is left out of the count."""
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         return _count(conn, pool, node, lock=False)
 
 
 def counts(store: Store) -> tuple[BreakerCount, ...]:
     """Every pool's breaker now, in pool order (reads only: the metrics, a status view)."""
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         pools = [r.name for r in conn.execute(sa.select(db.pools.c.name).order_by(db.pools.c.name))]
         return tuple(_count(conn, pool, "", lock=False) for pool in pools)
 

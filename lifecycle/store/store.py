@@ -148,6 +148,12 @@ class Store:
         # Writes take SQLite's write lock first (BEGIN IMMEDIATE); reads need no lock in WAL mode.
         self._reader = self.engine.execution_options(**connect.READ)
 
+    @property
+    def reader(self) -> Engine:
+        """The engine for reads only: on SQLite its transactions begin DEFERRED, so a read waits for no
+        writer and holds up none (``engine``'s begin IMMEDIATE, taking the write lock first)."""
+        return self._reader
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -93,7 +93,7 @@ def current(store: Store, nodes: Collection[str] | None = None,
     if runs is not None:
         q = q.where(sa.or_(t.c.run_id.in_(list(runs)), *(t.c.run_id.startswith(f"{r}-", autoescape=True)
                                                          for r in runs)))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         found = [Wait(r.run_id, r.node, r.phase, r.waiting_on, _aware(r.since), _aware(r.updated_at))
                  for r in conn.execute(q)]
     return found if runs is None else [w for w in found if any(of_run(w.run_id, r) for r in runs)]
@@ -111,7 +111,7 @@ def nodes_of(store: Store, run_id: str) -> list[str]:
     """The nodes a run (or a child run of it) holds or waits on now: what ``workflows show --watch`` shows."""
     lease = db.leases
     mine = sa.or_(lease.c.run_id == run_id, lease.c.run_id.startswith(f"{run_id}-", autoescape=True))
-    with store.engine.connect() as conn:
+    with store.reader.connect() as conn:
         held = {r.node for r in conn.execute(sa.select(lease.c.node, lease.c.run_id).where(mine))
                 if of_run(r.run_id, run_id)}
     return sorted(held | {w.node for w in current(store, runs=[run_id])})
