@@ -47,8 +47,9 @@ class RunningLab:
             args += ["--faults", str(ffile)]
         res = run(dict(os.environ), *args)
         if res.returncode != 0:
+            logs = self.log_tails()  # before down() removes the lab's directory with its logs
             self.down()
-            raise AssertionError(f"lab up failed: {res.stdout}\n{res.stderr}")
+            raise AssertionError(f"lab up failed: {res.stdout}\n{res.stderr}\n{logs}")
         exports = run(dict(os.environ), "lab", "env", "--dir", str(self.dir)).stdout
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RACKLIFE_"))}
         # RACKLIFE_DEBUG: an internal error in a lab test prints its traceback into the CI log.
@@ -64,6 +65,22 @@ class RunningLab:
     def racklife(self, *args: str, timeout: float = 600,
                  env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return run(self.env | (env_extra or {}), *args, timeout=timeout)
+
+    def log_tails(self, lines: int = 30, limit: int = 40_000) -> str:
+        """The last ``lines`` of each log under the lab's directory, newest first, up to ``limit`` characters:
+        for a failure's message, since ``down`` removes them."""
+        found = sorted((p for p in self.dir.rglob("*.log") if p.is_file()), key=lambda p: -p.stat().st_mtime)
+        out: list[str] = []
+        size = 0
+        for p in found:
+            tail = "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+            part = f"--- {p.relative_to(self.dir)} (last {lines} lines)\n{tail}"
+            if size + len(part) > limit:
+                out.append(f"--- {len(found) - len(out)} more log(s) left out")
+                break
+            out.append(part)
+            size += len(part)
+        return "\n".join(out) or f"(no logs under {self.dir})"
 
     def down(self) -> None:
         run(dict(os.environ), "lab", "down", "--dir", str(self.dir), "--yes")
@@ -141,7 +158,7 @@ def built_lab(nodes: int, image: Path, *, timeout: float = 1500, **lab: Any) -> 
     try:
         res = running.racklife("build", str(running.inventory), "--images", str(image), "--boot-timeout", "60",
                                timeout=timeout)
-        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.returncode == 0, res.stdout + res.stderr + "\n" + running.log_tails()
         yield running
     finally:
         running.down()
