@@ -27,7 +27,7 @@ from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
 from lifecycle.planner.observed import Observation
 from lifecycle.planner.plan import Action, NodePlan, Plan, Step
-from lifecycle.store import Store
+from lifecycle.store import NodeRecord, Store
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
 ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.REIMAGE,
@@ -104,10 +104,11 @@ class ApplyReport:
                 "remaining": self.final.to_json() if self.final else None}
 
 
-def _out_as_seen(o: Observation | None) -> bool:
+def _out_as_seen(r: NodeRecord, o: Observation | None) -> bool:
     """The node's last observation shows it not serving its scheduler: drained or down in Slurm, not Ready
-    or cordoned in Kubernetes (by anyone). None (never observed): the store's word stands."""
-    if o is None:
+    or cordoned in Kubernetes (by anyone). None (never observed), or an observation older than the node's
+    state or of another pool (racklife rejoined it since): the store's word stands."""
+    if o is None or o.at < r.state_since or o.pool != r.pool:
         return False
     if o.slurm is not None and (o.slurm.drained or o.slurm.down):
         return True
@@ -120,9 +121,9 @@ def _unavailable(store: Store, pool: str) -> tuple[int, int]:
     Out: what the store does not have in service, and a node it has in service that its scheduler, as
     last observed, does not (an admin's drain takes capacity away as surely as racklife's own)."""
     nodes = [r for r in store.nodes(pool=pool) if r.state is not State.DECOMMISSIONED]
-    serving = [r.name for r in nodes if r.state is State.IN_SERVICE]
-    seen = observe.load(store, serving) if serving else {}
-    return len(nodes) - len(serving) + sum(_out_as_seen(seen.get(n)) for n in serving), len(nodes)
+    serving = [r for r in nodes if r.state is State.IN_SERVICE]
+    seen = observe.load(store, [r.name for r in serving]) if serving else {}
+    return len(nodes) - len(serving) + sum(_out_as_seen(r, seen.get(r.name)) for r in serving), len(nodes)
 
 
 def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySettings,
