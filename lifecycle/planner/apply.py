@@ -104,15 +104,18 @@ class ApplyReport:
                 "remaining": self.final.to_json() if self.final else None}
 
 
-def _out_as_seen(r: NodeRecord, o: Observation | None) -> bool:
-    """The node's last observation shows it not serving its scheduler: drained or down in Slurm, not Ready
-    or cordoned in Kubernetes (by anyone). None (never observed), or an observation older than the node's
-    state or of another pool (racklife rejoined it since): the store's word stands."""
+def _out_as_seen(r: NodeRecord, scheduler: str, o: Observation | None) -> bool:
+    """The node's last observation shows it not serving ``scheduler``, its pool's: drained or down in Slurm,
+    not Ready or cordoned in Kubernetes (by anyone). None (never observed), or an observation older than
+    the node's state or of another pool (racklife rejoined it since): the store's word stands. The other
+    scheduler's view does not count (a node swapped to inference stays drained in Slurm)."""
     if o is None or o.at < r.state_since or o.pool != r.pool:
         return False
-    if o.slurm is not None and (o.slurm.drained or o.slurm.down):
-        return True
-    return o.kube is not None and (not o.kube.registered or not o.kube.ready or o.kube.cordoned)
+    if scheduler == "slurm":
+        return o.slurm is not None and (o.slurm.drained or o.slurm.down)
+    if scheduler == "kubernetes":
+        return o.kube is not None and (not o.kube.registered or not o.kube.ready or o.kube.cordoned)
+    return False
 
 
 def _unavailable(store: Store, pool: str) -> tuple[int, int]:
@@ -122,8 +125,11 @@ def _unavailable(store: Store, pool: str) -> tuple[int, int]:
     last observed, does not (an admin's drain takes capacity away as surely as racklife's own)."""
     nodes = [r for r in store.nodes(pool=pool) if r.state is not State.DECOMMISSIONED]
     serving = [r for r in nodes if r.state is State.IN_SERVICE]
-    seen = observe.load(store, [r.name for r in serving]) if serving else {}
-    return len(nodes) - len(serving) + sum(_out_as_seen(r, seen.get(r.name)) for r in serving), len(nodes)
+    if not serving:
+        return len(nodes), len(nodes)
+    scheduler = store.pool(pool).scheduler
+    seen = observe.load(store, [r.name for r in serving])
+    return len(nodes) - len(serving) + sum(_out_as_seen(r, scheduler, seen.get(r.name)) for r in serving), len(nodes)
 
 
 def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySettings,

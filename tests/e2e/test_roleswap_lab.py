@@ -115,7 +115,8 @@ def _a_dry_run_prints_the_plan_and_changes_nothing(lab: RunningLab) -> None:
     assert any("re-test" in line for line in plan["plan"])
     assert len(history(lab, "node-03")) == before and node(lab, "node-03")["state"] == "in_service"
     assert sinfo(lab, "node-03")[0] in ("mixed", "allocated")  # not drained
-    wait_for(lambda: job_state(lab, job)[0] == "GONE", 90, "the job to end")
+    subprocess.run(["scancel", job], env=lab.env, check=True, timeout=15)  # it has served: not waited out
+    wait_for(lambda: job_state(lab, job)[0] == "GONE", 60, "the job to end")
 
 
 def _a_swap_that_breaks_the_floor_is_refused_with_the_numbers(lab: RunningLab, tmp_path: Path) -> None:
@@ -357,9 +358,9 @@ def _training_to_inference_requeues_the_job_which_completes_elsewhere(lab: Runni
     assert out[0]["ok"] and out[0]["pool"] == "inference", out
     touched = {j["job_id"]: j for j in out[0]["leave"]["report"]["jobs"]}
     assert job in touched and touched[job]["action"] == "requeued", touched
+    subprocess.run(["scancel", blocker], env=lab.env, check=False, timeout=15)  # node-03 free now, not in 15 s
     wait_for(lambda: job_state(lab, job) == ("RUNNING", "node-03"), 60, "the requeued job to run on node-03")
     wait_for(lambda: job_state(lab, job)[0] == "GONE", 60, "the requeued job to complete")
-    subprocess.run(["scancel", blocker], env=lab.env, check=False, timeout=15)
 
 
 def _a_retest_failure_quarantines_and_does_not_join(lab: RunningLab) -> None:

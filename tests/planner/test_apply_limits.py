@@ -117,9 +117,14 @@ def test_a_driver_or_bios_wave_takes_no_more_than_max_unavailable(tmp_path: Path
         store.close()
 
 
-@pytest.mark.parametrize("seen_as", ["drained", "down", "not-ready", "cordoned", "serving", "drained-before"])
+@pytest.mark.parametrize(("pool", "seen_as", "out"), [
+    ("training", "drained", True), ("training", "down", True), ("training", "serving", False),
+    ("training", "drained-before", False),  # seen before racklife's last move of the node: that move is newer
+    ("inference", "not-ready", True), ("inference", "cordoned", True), ("inference", "serving", False),
+    ("inference", "drained", False),  # Slurm's view of a Kubernetes node: a node swapped to inference stays drained
+])
 def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_service(
-        tmp_path: Path, repo_dir: Path, seen_as: str) -> None:
+        tmp_path: Path, repo_dir: Path, pool: str, seen_as: str, out: bool) -> None:
     """An admin's drain, a node down in Slurm or not Ready in Kubernetes takes capacity away as surely as
     racklife's own leave: apply counted only the store's states, and took a second node out beside it."""
     from datetime import UTC, datetime, timedelta
@@ -138,28 +143,30 @@ def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_ser
     try:
         inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
         store.import_inventory(inv)
-        members = sorted(r.name for r in store.nodes(pool="training"))
+        members = sorted(r.name for r in store.nodes(pool=pool))
         with store.engine.begin() as conn:
             conn.execute(sa.update(db.nodes).where(db.nodes.c.name.in_(members)).values(state=State.IN_SERVICE.value))
-        slurm = SlurmSeen("idle", False, False, "", "none", None, None, ("training",))
-        kube = None
         at = datetime.now(UTC)
+        slurm, kube = None, None
+        if pool == "training":
+            slurm = SlurmSeen("idle", False, False, "", "none", None, None, ("train",))
+        else:
+            kube = KubeSeen(True, True, False, "none", None, {"racklife.io/pool": "inference"}, ())
         if seen_as.startswith("drained"):
-            slurm = SlurmSeen("idle+DRAIN", True, False, "admin: bad DIMM", "other", None, "alice", ("training",))
-        if seen_as == "drained-before":  # seen before racklife's last move of the node: that move is newer
+            slurm = SlurmSeen("idle+DRAIN", True, False, "admin: bad DIMM", "other", None, "alice", ("train",))
+        if seen_as == "drained-before":
             at = store.get(members[0]).state_since - timedelta(minutes=1)
         elif seen_as == "down":
             slurm = SlurmSeen("down+NOT_RESPONDING", False, True, "Not responding", "other", None, "slurm",
-                              ("training",))
+                              ("train",))
         elif seen_as in ("not-ready", "cordoned"):
-            slurm = None
             kube = KubeSeen(True, seen_as == "cordoned", seen_as == "cordoned", "other", None, {}, ())
-        observe.save(store, [Observation(members[0], at, State.IN_SERVICE, "training", slurm=slurm, kube=kube)])
+        observe.save(store, [Observation(members[0], at, State.IN_SERVICE, pool, slurm=slurm, kube=kube)])
         skipped: dict[str, str] = {}
         chosen = _within_limits(store, Action.LEAVE, [members[1]], ApplySettings("t"), skipped)
-        if seen_as in ("serving", "drained-before"):
-            assert chosen == [members[1]] and skipped == {}
-        else:
+        if out:
             assert chosen == [] and f"1 of {len(members)} out of service already" in skipped[members[1]]
+        else:
+            assert chosen == [members[1]] and skipped == {}
     finally:
         store.close()
