@@ -212,8 +212,7 @@ def _slurm_working(o: Observation, d: Desired) -> str | None:
     """Slurm runs work on a node racklife would provision (power-cycle): the node is not racklife's to take."""
     if o.slurm is None or o.state not in UNPROVISIONED:
         return None
-    base, *flags = o.slurm.state.split("+")
-    if not o.slurm.jobs and not NodeState(base.rstrip("*").lower(), frozenset(f.upper() for f in flags)).busy:
+    if not o.slurm.jobs and not NodeState.from_scontrol(o.slurm.state).busy:
         return None
     jobs = f": jobs {', '.join(o.slurm.jobs)}" if o.slurm.jobs else ""
     return (f"Slurm runs work on it ({o.slurm.state}{jobs}) while racklife has it {o.state}: provisioning "

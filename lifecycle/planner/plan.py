@@ -91,8 +91,8 @@ class Step:
 @dataclass(frozen=True)
 class Blocker:
     kind: str  # foreign-drain | foreign-cordon | quarantined | jobs-under-wait | jobs-running | held | unreadable
-    # | pool-floor | …: BLOCKING_DRIFT's
-    #            | no-firmware-interface | firmware-unknown | no-bios-interface | bios-unknown | driver-unknown
+    #            | pool-floor | no-firmware-interface | firmware-unknown | no-bios-interface | bios-unknown
+    #            | driver-unknown
     message: str
 
 

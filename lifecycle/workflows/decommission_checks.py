@@ -174,9 +174,8 @@ def _foreign(node: str, pool: Pool, s: DecommissionSettings) -> str:
 def _last_in_slurm(node: str) -> str:
     """The node is the only one Slurm has: taking it out of slurm.conf leaves a controller that does not
     start ("no nodes configured", slurmctld 22.05), so the decommission is refused before it drains."""
-    if not slurm_known(node):
-        return ""  # out of Slurm already (a decommission that is resumed)
-    if [n.name for n in slurm().nodes()] == [node]:
+    names = [n.name for n in slurm().nodes()]  # one read: a node out of Slurm already (resumed) is not in it
+    if names == [node]:
         return (f"{node} is the last node Slurm has: slurmctld does not start on a slurm.conf that defines "
                 "no node; add another node first")
     return ""

@@ -7,36 +7,24 @@ by the time it looked again. A source that stays unreadable still blocks, and th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lifecycle.drivers.bmc.base import BmcDriver
-from lifecycle.model.inventory import BmcSpec, Inventory, parse_inventory
+from lifecycle.model.inventory import BmcSpec, Inventory
 from lifecycle.planner import apply, observe
 from lifecycle.planner.apply import ApplySettings, decide
 from lifecycle.planner.plan import Action
 from lifecycle.store import Store
 from tests.bmc.ipmi_fixtures import Lab, ipmi_lab_fixture  # noqa: F401 - fixture
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
-    yield s
-    s.close()
+from tests.planner.conftest import example_site
 
 
 @pytest.fixture
 def inv(repo_dir: Path) -> Inventory:
     """The example site with its nodes in a pool that no scheduler serves (this test reads only BMCs)."""
-    doc = yaml.safe_load((repo_dir / "examples" / "site-h100-2rack.yaml").read_text())
-    doc["pools"] = {"staging": {"scheduler": "none"}}
-    for node in doc["nodes"]:
-        node["pool"] = "staging"
-    return parse_inventory(yaml.safe_dump(doc), "site.yaml")
+    return example_site(repo_dir, "staging", {"scheduler": "none"})
 
 
 def _sources(lab: Lab, refusals: int, calls: list[str]) -> observe.Sources:

@@ -3,7 +3,6 @@ refuses us is blocked at once, with the reason (fail closed)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ from lifecycle.planner.plan import plan_node
 from lifecycle.store import Store
 from lifecycle.workflows.retry import Retrier, RetryPolicy, using
 from tests.bmc.ipmi_fixtures import Lab, ipmi_lab_fixture  # noqa: F401 - fixture
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
-    yield s
-    s.close()
 
 
 @pytest.fixture

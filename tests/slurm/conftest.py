@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lifecycle.lab.slurm import LabSlurm, LabSlurmConfig
-from lifecycle.model.inventory import Inventory, load_inventory
+from lifecycle.model.inventory import Inventory, load_inventory, parse_inventory
 
 DATA = Path(__file__).resolve().parent / "data"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch", "unshare", "nsenter")
@@ -27,6 +28,14 @@ def inventory_path(repo_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def site16() -> Inventory:
     return load_inventory(DATA / "site-16.yaml")
+
+
+def training_nodes(count: int) -> Inventory:
+    """The 16-node site cut to its first ``count`` training nodes and the training pool alone."""
+    doc = yaml.safe_load((DATA / "site-16.yaml").read_text())
+    doc["nodes"] = [n for n in doc["nodes"] if n["pool"] == "training"][:count]
+    doc["pools"] = {"training": doc["pools"]["training"]}
+    return parse_inventory(yaml.safe_dump(doc), "site.yaml")
 
 
 def require_daemons() -> None:

@@ -15,22 +15,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lifecycle.lab.slurm import LabSlurmConfig, running
-from lifecycle.model.inventory import Inventory, parse_inventory
+from lifecycle.model.inventory import Inventory
 from lifecycle.store import Store
-from tests.slurm.conftest import DATA, require_daemons
+from tests.slurm.conftest import require_daemons, training_nodes
 
 pytestmark = pytest.mark.xdist_group("slurm")
 CHECK = "not the last node Slurm has"
-
-
-def _inventory(count: int) -> Inventory:
-    doc = yaml.safe_load((DATA / "site-16.yaml").read_text())
-    doc["nodes"] = [n for n in doc["nodes"] if n["pool"] == "training"][:count]
-    doc["pools"] = {"training": doc["pools"]["training"]}
-    return parse_inventory(yaml.safe_dump(doc), "site.yaml")
 
 
 def _dry_run(inv: Inventory, tmp_path: Path, node: str) -> tuple[int, dict[str, object]]:
@@ -54,7 +46,7 @@ def _dry_run(inv: Inventory, tmp_path: Path, node: str) -> tuple[int, dict[str, 
 
 
 def test_the_last_node_slurm_has_is_refused_before_anything_is_done(tmp_path: Path) -> None:
-    inv = _inventory(1)
+    inv = training_nodes(1)
     node = inv.nodes[0].name
     code, check = _dry_run(inv, tmp_path, node)
     assert code == 5  # refused: a precondition does not hold, nothing was done
@@ -63,6 +55,6 @@ def test_the_last_node_slurm_has_is_refused_before_anything_is_done(tmp_path: Pa
 
 
 def test_a_node_beside_others_passes_the_check(tmp_path: Path) -> None:
-    inv = _inventory(2)
+    inv = training_nodes(2)
     _code, check = _dry_run(inv, tmp_path, inv.nodes[0].name)
     assert check == {"name": CHECK, "ok": True, "detail": "ok"}

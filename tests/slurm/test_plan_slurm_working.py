@@ -15,28 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lifecycle.drivers.bmc.base import BmcDriver
 from lifecycle.drivers.slurm.driver import SlurmDriver
 from lifecycle.drivers.slurm.runner import CommandRunner
 from lifecycle.lab.slurm import LabSlurmConfig, running
-from lifecycle.model.inventory import BmcSpec, Inventory, parse_inventory
+from lifecycle.model.inventory import BmcSpec, Inventory
 from lifecycle.planner import observe
 from lifecycle.planner.plan import plan_node
 from lifecycle.store import Store
 from tests.bmc.ipmi_fixtures import Lab, ipmi_lab_fixture  # noqa: F401 - fixture
-from tests.slurm.conftest import DATA, require_daemons
+from tests.slurm.conftest import require_daemons, training_nodes
 
 pytestmark = pytest.mark.xdist_group("slurm")
 
 
 @pytest.fixture
 def inv() -> Inventory:
-    doc = yaml.safe_load((DATA / "site-16.yaml").read_text())
-    doc["nodes"] = [n for n in doc["nodes"] if n["pool"] == "training"][:2]
-    doc["pools"] = {"training": doc["pools"]["training"]}
-    return parse_inventory(yaml.safe_dump(doc), "site.yaml")
+    return training_nodes(2)
 
 
 @pytest.fixture
