@@ -246,15 +246,25 @@ waits = sa.Table(
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("RACKLIFE_HOME", Path.home() / ".racklife"))
+    home = os.environ.get("RACKLIFE_HOME")
+    return Path(home) if home else Path.home() / ".racklife"
+
+
+_urls: dict[tuple[str | None, str | None, str | None], str] = {}
 
 
 def default_url() -> str:
-    """``RACKLIFE_DB`` if set, else a SQLite file under ``RACKLIFE_HOME`` (default ~/.racklife)."""
-    url = os.environ.get("RACKLIFE_DB")
-    if url:
-        return url
-    return f"sqlite:///{default_home() / 'racklife.sqlite'}"
+    """``RACKLIFE_DB`` if set, else a SQLite file under ``RACKLIFE_HOME`` (default ~/.racklife).
+
+    Asked for by every step that opens the shared store: the answer is kept per value of the
+    three variables it depends on, not built again from paths each time."""
+    env = os.environ
+    key = (env.get("RACKLIFE_DB"), env.get("RACKLIFE_HOME"), env.get("HOME"))
+    url = _urls.get(key)
+    if url is None:
+        url = key[0] or f"sqlite:///{default_home() / 'racklife.sqlite'}"
+        _urls[key] = url
+    return url
 
 
 def is_sqlite(url: str) -> bool:
