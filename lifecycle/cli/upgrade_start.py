@@ -28,7 +28,7 @@ from lifecycle.workflows.accept import AcceptSettings
 from lifecycle.workflows.boot_run import BootSettings, BootSetupError, boot_server
 from lifecycle.workflows.changes import ChangeContext, ChangeKind, ChangeSettings, ChangeSpec, has, unsupported
 from lifecycle.workflows.upgrade import UpgradeSettings, Window
-from lifecycle.workflows.upgrade_batches import Member, NoRoom, PoolNow, Threshold, plan_batches
+from lifecycle.workflows.upgrade_batches import Member, NoRoom, PoolNow, Threshold, plan_batches, pool_now
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,7 @@ def select(store: Store, req: Request) -> Selection:
             skipped[r.name] = f"already on {req.change.target}"
         else:
             members.append(Member(r.name, r.pool))
-    pools = {}
-    for p in sorted({r.pool for r in records}):
-        in_pool = store.nodes(pool=p)
-        pools[p] = PoolNow(p, len(in_pool), sum(x.state is State.IN_SERVICE for x in in_pool), store.pool(p).min_nodes)
+    pools = {p: pool_now(store, p) for p in sorted({r.pool for r in records})}
     return Selection(members, skipped, pools)
 
 

@@ -25,9 +25,9 @@ from lifecycle.model.limits import Unavailable as Unavailable  # re-exported: fr
 from lifecycle.model.states import Actor, State
 from lifecycle.planner import observe
 from lifecycle.planner.fleet import plan_fleet
-from lifecycle.planner.observed import Observation
 from lifecycle.planner.plan import Action, NodePlan, Plan, Step
-from lifecycle.store import NodeRecord, Store
+from lifecycle.store import Store
+from lifecycle.store import observations as stored
 
 # The order waves take actions in: a node's later steps wait for its earlier ones.
 ORDER: tuple[Action, ...] = (Action.ENROLL, Action.PROVISION, Action.POWER_ON, Action.MOVE_POOL, Action.REIMAGE,
@@ -104,32 +104,15 @@ class ApplyReport:
                 "remaining": self.final.to_json() if self.final else None}
 
 
-def _out_as_seen(r: NodeRecord, scheduler: str, o: Observation | None) -> bool:
-    """The node's last observation shows it not serving ``scheduler``, its pool's: drained or down in Slurm,
-    not Ready or cordoned in Kubernetes (by anyone). None (never observed), or an observation older than
-    the node's state or of another pool (racklife rejoined it since): the store's word stands. The other
-    scheduler's view does not count (a node swapped to inference stays drained in Slurm)."""
-    if o is None or o.at < r.state_since or o.pool != r.pool:
-        return False
-    if scheduler == "slurm":
-        return o.slurm is not None and (o.slurm.drained or o.slurm.down)
-    if scheduler == "kubernetes":
-        return o.kube is not None and (not o.kube.registered or not o.kube.ready or o.kube.cordoned)
-    return False
-
-
 def _unavailable(store: Store, pool: str) -> tuple[int, int]:
     """(nodes of the pool out of service now, nodes of the pool); a decommissioned node is neither.
 
-    Out: what the store does not have in service, and a node it has in service that its scheduler, as
-    last observed, does not (an admin's drain takes capacity away as surely as racklife's own)."""
+    Out: what the store does not have in service, and a node it has in service that its own pool's
+    scheduler, as last observed since it entered that state, does not (``observations.scheduler_out``;
+    the rolling upgrade counts the same way)."""
     nodes = [r for r in store.nodes(pool=pool) if r.state is not State.DECOMMISSIONED]
     serving = [r for r in nodes if r.state is State.IN_SERVICE]
-    if not serving:
-        return len(nodes), len(nodes)
-    scheduler = store.pool(pool).scheduler
-    seen = observe.load(store, [r.name for r in serving])
-    return len(nodes) - len(serving) + sum(_out_as_seen(r, scheduler, seen.get(r.name)) for r in serving), len(nodes)
+    return len(nodes) - len(serving) + len(stored.scheduler_out(store, serving)), len(nodes)
 
 
 def _within_limits(store: Store, action: Action, nodes: list[str], cfg: ApplySettings,

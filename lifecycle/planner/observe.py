@@ -340,8 +340,23 @@ def observe(store: Store, records: Sequence[NodeRecord], sources: Sources,
     return out
 
 
+def out_of_scheduler(o: Observation, scheduler: str) -> bool:
+    """The observation shows the node not serving ``scheduler``: drained or down in Slurm, not Ready or
+    cordoned in Kubernetes (by anyone: an admin's drain takes capacity away as surely as racklife's own).
+    The other scheduler's view does not count (a node swapped to inference stays drained in Slurm)."""
+    if scheduler == "slurm":
+        return o.slurm is not None and (o.slurm.drained or o.slurm.down)
+    if scheduler == "kubernetes":
+        return o.kube is not None and (not o.kube.registered or not o.kube.ready or o.kube.cordoned)
+    return False
+
+
 def save(store: Store, seen: Sequence[Observation]) -> None:
-    stored.save(store, [(o.node, o.at, o.to_json()) for o in seen])
+    """Store each observation, with the pool whose scheduler it shows the node out of (``out_of_scheduler``
+    for the scheduler of the pool it was observed in): every max_unavailable count reads that column."""
+    schedulers = {p: store.pool(p).scheduler for p in {o.pool for o in seen}}
+    stored.save(store, [(o.node, o.at, o.to_json(), o.pool if out_of_scheduler(o, schedulers[o.pool]) else None)
+                        for o in seen])
 
 
 def load(store: Store, nodes: Sequence[str] | None = None) -> dict[str, Observation]:

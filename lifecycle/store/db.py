@@ -149,6 +149,10 @@ observations = sa.Table(
     sa.Column("node", sa.String(63), sa.ForeignKey("racklife_nodes.name"), primary_key=True),
     sa.Column("at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("doc", sa.Text, nullable=False),  # JSON: planner.observed.Observation
+    # The pool whose scheduler the observation shows the node out of (drained or down in Slurm, not Ready or
+    # cordoned in Kubernetes), NULL when serving or unknown: the planner's judgement, kept as a column so that
+    # every max_unavailable count (apply's, the rolling upgrade's) reads it without the planner's document.
+    sa.Column("out_of_pool", sa.String(63), nullable=True),
 )
 
 

@@ -35,7 +35,7 @@ TABLE_PREFIX = "racklife_"
 SCRIPTS = Path(__file__).with_name("migrations")
 # The newest revision, so an up-to-date store is recognised without loading Alembic (~130 ms
 # per command). tests/store/test_migrations.py fails when it is not the script directory's head.
-HEAD = "0009"
+HEAD = "0010"
 
 _INITIAL_TABLES = frozenset({
     "racklife_nodes", "racklife_pools", "racklife_transitions", "racklife_acceptance_records",

@@ -16,14 +16,16 @@ import sqlalchemy as sa
 
 from lifecycle.model.states import State
 from lifecycle.store import db
-from lifecycle.store.store import AcceptanceRecord, Store
+from lifecycle.store.store import AcceptanceRecord, NodeRecord, Store
 
 _IN_LIMIT = 500  # up to this many names go in one IN (...); a read of more reads every row and filters
 
 
-def save(store: Store, seen: Sequence[tuple[str, datetime, dict[str, Any]]]) -> None:
-    """Replace each node's last observation (node, at, document) in one transaction (bulk statements)."""
-    rows = [{"node": node, "at": at, "doc": json.dumps(doc, sort_keys=True)} for node, at, doc in seen]
+def save(store: Store, seen: Sequence[tuple[str, datetime, dict[str, Any], str | None]]) -> None:
+    """Replace each node's last observation (node, at, document, the pool whose scheduler shows it out or
+    None) in one transaction (bulk statements)."""
+    rows = [{"node": node, "at": at, "doc": json.dumps(doc, sort_keys=True), "out_of_pool": out}
+            for node, at, doc, out in seen]
     with store.engine.begin() as conn:
         for i in range(0, len(rows), _IN_LIMIT):
             chunk = rows[i:i + _IN_LIMIT]
@@ -38,6 +40,30 @@ def load(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[
     with store.reader.connect() as conn:
         return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC), json.loads(r.doc))
                 for r in conn.execute(q)}
+
+
+def scheduler_out(store: Store, records: Sequence[NodeRecord]) -> set[str]:
+    """The nodes of ``records`` whose last observation shows them out of their own pool's scheduler.
+
+    Only an observation made since the node entered its state, of the pool it is in now, counts: one
+    older (racklife rejoined the node since) or of another pool (a node swapped to inference stays
+    drained in Slurm) leaves the store's word standing, as does a node never observed."""
+    if not records:
+        return set()
+    t = db.observations
+    q = sa.select(t.c.node, t.c.at, t.c.out_of_pool).where(t.c.out_of_pool.is_not(None))
+    if len(records) <= _IN_LIMIT:
+        q = q.where(t.c.node.in_([r.name for r in records]))
+    by_name = {r.name: r for r in records}
+    with store.reader.connect() as conn:
+        rows = list(conn.execute(q))
+    out = set()
+    for row in rows:
+        rec = by_name.get(row.node)
+        at = row.at if row.at.tzinfo else row.at.replace(tzinfo=UTC)
+        if rec is not None and row.out_of_pool == rec.pool and at >= rec.state_since:
+            out.add(rec.name)
+    return out
 
 
 # The findings of an acceptance record that carry the driver version the node's own GPUs reported: the

@@ -35,13 +35,12 @@ from typing import Any
 from dbos import DBOS
 
 from lifecycle.model.limits import Unavailable
-from lifecycle.model.states import State
 from lifecycle.model.vocab import Level
 from lifecycle.store import shared_store
 from lifecycle.workflows import changes
 from lifecycle.workflows.node_cycle import now
 from lifecycle.workflows.retry import step
-from lifecycle.workflows.upgrade_batches import Member, PoolNow, Threshold, take_batch
+from lifecycle.workflows.upgrade_batches import Member, PoolNow, Threshold, pool_now, take_batch
 
 TOPIC = "control"
 STATUS = "status"
@@ -161,13 +160,9 @@ class UpgradeReport:
 
 @step(idempotent=True)  # reads only
 def pools_now(pools: list[str]) -> dict[str, dict[str, Any]]:
+    """Each pool as it is now (``upgrade_batches.pool_now``): its size, the nodes serving it, its floor."""
     store = shared_store()
-    out = {}
-    for p in pools:
-        nodes = store.nodes(pool=p)
-        out[p] = asdict(PoolNow(p, len(nodes), sum(r.state is State.IN_SERVICE for r in nodes),
-                                store.pool(p).min_nodes))
-    return out
+    return {p: asdict(pool_now(store, p)) for p in pools}
 
 
 def _pools(pools: list[str]) -> dict[str, PoolNow]:

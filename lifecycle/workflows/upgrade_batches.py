@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lifecycle.model.limits import Unavailable
+from lifecycle.model.states import State
+from lifecycle.store import Store, observations
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,16 @@ class PoolNow:
 class Member:
     node: str
     pool: str
+
+
+def pool_now(store: Store, pool: str) -> PoolNow:
+    """The pool as it is now. Serving: in service in the store and not shown out of the pool's scheduler
+    by the node's last observation since it entered that state (an admin's drain takes capacity away as
+    surely as the upgrade's own; ``observations.scheduler_out``, the count apply makes too)."""
+    nodes = store.nodes(pool=pool)
+    serving = [r for r in nodes if r.state is State.IN_SERVICE]
+    return PoolNow(pool, len(nodes), len(serving) - len(observations.scheduler_out(store, serving)),
+                   store.pool(pool).min_nodes)
 
 
 class NoRoom(ValueError):

@@ -124,9 +124,11 @@ def test_a_driver_or_bios_wave_takes_no_more_than_max_unavailable(tmp_path: Path
     ("inference", "drained", False),  # Slurm's view of a Kubernetes node: a node swapped to inference stays drained
 ])
 def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_service(
-        tmp_path: Path, repo_dir: Path, pool: str, seen_as: str, out: bool) -> None:
+        tmp_path: Path, repo_dir: Path, monkeypatch: pytest.MonkeyPatch, pool: str, seen_as: str,
+        out: bool) -> None:
     """An admin's drain, a node down in Slurm or not Ready in Kubernetes takes capacity away as surely as
-    racklife's own leave: apply counted only the store's states, and took a second node out beside it."""
+    racklife's own leave: apply counted only the store's states, and took a second node out beside it.
+    The rolling upgrade's count of each pool before a batch (``pools_now``) is the same count."""
     from datetime import UTC, datetime, timedelta
 
     import sqlalchemy as sa
@@ -139,7 +141,11 @@ def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_ser
     from lifecycle.planner.plan import Action
     from lifecycle.store import Store, db
 
-    store = Store(f"sqlite:///{tmp_path / 'rl.sqlite'}")
+    from lifecycle.workflows import upgrade
+
+    url = f"sqlite:///{tmp_path / 'rl.sqlite'}"
+    monkeypatch.setenv("RACKLIFE_DB", url)  # the upgrade's step reads the shared store of this URL
+    store = Store(url)
     try:
         inv = load_inventory(repo_dir / "examples" / "site-h100-2rack.yaml")
         store.import_inventory(inv)
@@ -168,5 +174,7 @@ def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_ser
             assert chosen == [] and f"1 of {len(members)} out of service already" in skipped[members[1]]
         else:
             assert chosen == [members[1]] and skipped == {}
+        now = upgrade.pools_now([pool])[pool]
+        assert (now["size"], now["in_service"]) == (len(members), len(members) - out)
     finally:
         store.close()
