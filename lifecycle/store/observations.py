@@ -2,7 +2,9 @@
 
 The store keeps the document opaque (JSON the planner owns) so that what is
 observed can grow without a schema change; ``at`` is a column so a reader
-can tell a stale observation without parsing it.
+can tell a stale observation without parsing it, and ``out_of_pool`` (the
+planner's judgement that the node's scheduler has it out) so that every
+count against a pool's ``max_unavailable`` reads it without the document.
 """
 
 from __future__ import annotations
