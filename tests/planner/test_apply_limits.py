@@ -140,7 +140,6 @@ def test_a_node_its_scheduler_has_out_counts_as_out_though_the_store_says_in_ser
     from lifecycle.planner.observed import KubeSeen, Observation, SlurmSeen
     from lifecycle.planner.plan import Action
     from lifecycle.store import Store, db
-
     from lifecycle.workflows import upgrade
 
     url = f"sqlite:///{tmp_path / 'rl.sqlite'}"
