@@ -23,6 +23,11 @@ from lifecycle.store.store import AcceptanceRecord, NodeRecord, Store
 _IN_LIMIT = 500  # up to this many names go in one IN (...); a read of more reads every row and filters
 
 
+def _aware(at: datetime) -> datetime:
+    """A time read back from SQLite (which keeps no zone) as the UTC it was written in."""
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
 def save(store: Store, seen: Sequence[tuple[str, datetime, dict[str, Any], str | None]]) -> None:
     """Replace each node's last observation (node, at, document, the pool whose scheduler shows it out or
     None) in one transaction (bulk statements)."""
@@ -40,7 +45,7 @@ def load(store: Store, nodes: Collection[str] | None = None) -> dict[str, tuple[
     if nodes is not None:
         q = q.where(db.observations.c.node.in_(list(nodes)))
     with store.reader.connect() as conn:
-        return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC), json.loads(r.doc))
+        return {r.node: (_aware(r.at), json.loads(r.doc))
                 for r in conn.execute(q)}
 
 
@@ -62,8 +67,7 @@ def scheduler_out(store: Store, records: Sequence[NodeRecord]) -> set[str]:
     out = set()
     for row in rows:
         rec = by_name.get(row.node)
-        at = row.at if row.at.tzinfo else row.at.replace(tzinfo=UTC)
-        if rec is not None and row.out_of_pool == rec.pool and at >= rec.state_since:
+        if rec is not None and row.out_of_pool == rec.pool and _aware(row.at) >= rec.state_since:
             out.add(rec.name)
     return out
 
@@ -91,7 +95,7 @@ def last_boot(store: Store, node: str) -> tuple[dict[str, Any], datetime] | None
         for r in conn.execute(q):
             report = json.loads(r.report)
             if isinstance(report, dict) and not report.get("superseded"):
-                at = r.used_at if r.used_at.tzinfo else r.used_at.replace(tzinfo=UTC)
+                at = _aware(r.used_at)
                 return report, at
     return None
 
@@ -118,7 +122,7 @@ def last_boots(store: Store, nodes: Collection[str] | None = None) -> dict[str, 
                 continue
             report = json.loads(r.report)
             if isinstance(report, dict) and not report.get("superseded"):
-                out[r.node] = (report, r.used_at if r.used_at.tzinfo else r.used_at.replace(tzinfo=UTC))
+                out[r.node] = (report, _aware(r.used_at))
     return out
 
 
@@ -142,5 +146,5 @@ def last_provisioned(store: Store, nodes: Collection[str] | None = None) -> dict
                .group_by(t.c.node), t.c.node, nodes)
     wanted = set(nodes) if nodes is not None else None
     with store.reader.connect() as conn:
-        return {r.node: (r.at if r.at.tzinfo else r.at.replace(tzinfo=UTC)) for r in conn.execute(q)
+        return {r.node: _aware(r.at) for r in conn.execute(q)
                 if wanted is None or r.node in wanted}
