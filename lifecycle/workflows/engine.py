@@ -60,7 +60,8 @@ from lifecycle.store import connect, db, leases
 # 0.13: a run gives its leases back with a plain call, not a release_leases step; provisioning's first step
 # (begin_run) also starts the first boot attempt (two steps per node, not three).
 # 0.14: apply_fleet returns the ApplyReport and its request names the actions it may take (the stacks' part).
-APP_VERSION = "racklife-0.14"
+# 0.15: provision_many awaits its children in one step (await_runs), not one recorded result per child.
+APP_VERSION = "racklife-0.15"
 NOTIFICATION_POLL_S = 0.5
 # How often every racklife queue looks for a free slot. Each look is a few DBOS queries whether or
 # not a slot is free (about 2 ms of CPU), so at 0.05 s an idle `racklife serve` spent about 4 % of a

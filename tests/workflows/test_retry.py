@@ -158,7 +158,7 @@ def test_only_idempotent_steps_are_retried(sleeps: list[float]) -> None:
 def test_every_workflow_step_declares_whether_it_may_run_again() -> None:
     declared = {
         fn.__name__: is_idempotent(fn)
-        for fn in (provision.begin_run, provision.boot_attempt, provision.await_phone_home,
+        for fn in (provision.begin_run, provision.boot_attempt, provision.await_phone_home, provision.await_runs,
                    node_ops.transition, node_ops.node_state, slurm_pool.valid_acceptance,
                    slurm_pool.slurm_holder, slurm_pool.slurm_join, slurm_pool.slurm_await_serving,
                    slurm_pool.slurm_hold_again, slurm_pool.drain_and_empty,
