@@ -106,6 +106,9 @@ class RemoteRun:
     stdout: bytes
     stderr: str
     timed_out: bool = False
+    unreachable: bool = False
+    """The SSH connection failed or broke off: what came back is the transport's, not the command's
+    (only a transport that can tell says so; the system ssh's 255 is the remote command's as well)."""
 
 
 class Transport(Protocol):

@@ -206,7 +206,7 @@ class FabricSSH:
             what = f"the connection was cut off during authentication ({exc})"
         else:
             what = "authentication failed (key rejected)"
-        return RemoteRun(SSH_UNREACHABLE, b"", f"ssh to {target.host}: {what}")
+        return RemoteRun(SSH_UNREACHABLE, b"", f"ssh to {target.host}: {what}", unreachable=True)
 
     def run(self, target: Target, argv: Sequence[str], timeout_s: float) -> RemoteRun:
         command = " ".join(shlex.quote(a) for a in argv)

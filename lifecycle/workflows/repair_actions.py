@@ -82,6 +82,7 @@ class Answer:
     exit_code: int | None
     stdout: str
     stderr: str
+    unreachable: bool = False  # the connection failed or broke off: nothing here is the command's answer
 
 
 def ssh_run(node: str, ssh_config: str, argv: list[str], limit_s: float) -> Answer:
@@ -104,9 +105,9 @@ def ssh_run(node: str, ssh_config: str, argv: list[str], limit_s: float) -> Answ
         try:
             res = transport.run(target, argv, timeout_s=max(1.0, limit_s - 1.0))
         except Exception as exc:  # one failed call is an answer like any other: the caller judges it
-            got.append(Answer(None, "", f"{type(exc).__name__}: {exc}"[:300]))
+            got.append(Answer(None, "", f"{type(exc).__name__}: {exc}"[:300], unreachable=True))
             return
-        got.append(Answer(res.exit_code, res.stdout.decode("utf-8", "replace"), res.stderr))
+        got.append(Answer(res.exit_code, res.stdout.decode("utf-8", "replace"), res.stderr, res.unreachable))
 
     worker = threading.Thread(target=call, name=f"ssh-{node}", daemon=True)
     worker.start()
@@ -115,7 +116,31 @@ def ssh_run(node: str, ssh_config: str, argv: list[str], limit_s: float) -> Answ
     if worker.is_alive():
         worker.join(5.0)
         return Answer(None, "", f"no answer within {limit_s:.0f} s")
-    return got[0] if got else Answer(None, "", "no answer")
+    return got[0] if got else Answer(None, "", "no answer", unreachable=True)
+
+
+SSH_TRIES = 4
+SSH_RETRY_S = 3.0
+
+
+def ssh_run_again(node: str, ssh_config: str, argv: list[str], limit_s: float, *,
+                  silent_too: bool = False) -> tuple[Answer, int]:
+    """:func:`ssh_run` for a command that is harmless run twice, tried again (up to :data:`SSH_TRIES`
+    times, :data:`SSH_RETRY_S` more apart each time) while the connection itself failed, and also while
+    no answer came in time when ``silent_too``; the last answer and how many tries it took.
+
+    A drained node under repair is not going down on its own, so an SSH connection that failed (an sshd
+    slow under load, a handshake dropped more often than the transport tries it again) is the control
+    path's, not the node's: taking it for the command's answer quarantined a node whose GPUs were never
+    reset. The command's own answer, whatever it says, is never asked again.
+    """
+    tries = 0
+    while True:
+        tries += 1
+        got = ssh_run(node, ssh_config, argv, limit_s)
+        if not (got.unreachable or (silent_too and got.exit_code is None)) or tries >= SSH_TRIES:
+            return got, tries
+        time.sleep(SSH_RETRY_S * tries)
 
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -181,20 +206,23 @@ NODE_CLOCK_S = 30.0
 def node_clock(node: str, ssh_config: str) -> dict[str, Any]:
     """The node's own clock (``date --iso-8601=ns`` over SSH, the clock its ``dmesg --time-format iso`` uses):
     ``now`` when it answered with a time, else ``error``."""
-    got = ssh_run(node, ssh_config, ["date", "--iso-8601=ns"], NODE_CLOCK_S)
+    got, tries = ssh_run_again(node, ssh_config, ["date", "--iso-8601=ns"], NODE_CLOCK_S, silent_too=True)
     said = got.stdout.strip()
     if got.exit_code == 0 and instant(said) is not None:
-        return {"now": said, "error": ""}
+        return {"now": said, "error": "", "tries": tries}
     why = f"exit {got.exit_code}" if got.exit_code is not None else "no answer"
-    return {"now": None, "error": f"date --iso-8601=ns {why}: {(said + ' ' + got.stderr).strip()[-200:]!r}"}
+    return {"now": None, "tries": tries,
+            "error": f"date --iso-8601=ns {why} ({tries} tries): {(said + ' ' + got.stderr).strip()[-200:]!r}"}
 
 
 @step(idempotent=True)  # a second reset of a drained node's GPUs is harmless
 def gpu_reset(node: str, ssh_config: str, timeout_s: float) -> dict[str, Any]:
-    """``nvidia-smi -r`` on the node over SSH: its exit status and what it said."""
-    got = ssh_run(node, ssh_config, ["nvidia-smi", "-r"], timeout_s)
+    """``nvidia-smi -r`` on the node over SSH: its exit status and what it said (tried again only while the
+    connection failed: a reset that may still be running is not started beside it)."""
+    got, tries = ssh_run_again(node, ssh_config, ["nvidia-smi", "-r"], timeout_s)
     said = (got.stdout + got.stderr).strip()
-    return {"exit_code": got.exit_code, "output": said[-500:], "timed_out": got.exit_code is None}
+    return {"exit_code": got.exit_code, "output": said[-500:], "timed_out": got.exit_code is None,
+            "unreachable": got.unreachable, "tries": tries}
 
 
 def gpu_reset_refusal(sku: str) -> str:
@@ -255,7 +283,8 @@ class GpuResetChange:
                                        f"repaired Xid from a new one: {clock['error']}", clock)
         got = gpu_reset(node, self.ssh_config, self.timeout_s)
         if got["exit_code"] != 0:
-            how = "timed out" if got["timed_out"] else f"exited {got['exit_code']}"
+            how = ("could not be run over SSH" if got.get("unreachable") else "timed out" if got["timed_out"]
+                   else f"exited {got['exit_code']}")
             return ChangeResult(False, f"nvidia-smi -r {how}: {got['output'][-300:]}", got, clock["now"])
         return ChangeResult(True, f"every GPU reset (nvidia-smi -r); the re-test judges the kernel log since "
                                   f"{clock['now']}", got, clock["now"])

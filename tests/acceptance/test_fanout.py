@@ -25,6 +25,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from acceptance import ssh_fabric
 from acceptance.fanout import (
     SSH_UNREACHABLE,
     BurninCommand,
@@ -38,6 +39,7 @@ from acceptance.fanout import (
     to_input,
 )
 from acceptance.ssh_fabric import HANDSHAKE_ATTEMPTS, STALL_GRACE_S, FabricSSH
+from lifecycle.workflows import repair_actions
 
 SSHD = "/usr/sbin/sshd"
 
@@ -364,6 +366,51 @@ def test_a_handshake_cut_off_before_the_banner_is_tried_again_and_a_dead_one_is_
     res = _echo_via(dead, sshd, tmp_path)
     assert res.exit_code == SSH_UNREACHABLE and "gpu-01" in res.stderr, res
     assert dead.accepted == HANDSHAKE_ATTEMPTS  # tried, and no more
+
+
+@pytest.mark.root
+def test_a_repair_command_is_sent_again_when_the_connection_failed_never_after_its_own_answer(
+        sshd: Sshd, tmp_path: Path, free_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repair's clock read and GPU reset (harmless run twice) go again when the connection failed more
+    often than the transport retries a handshake; the command's own exit status, 255 included (the driver's
+    "in use"), is final."""
+    monkeypatch.setattr(repair_actions, "SSH_RETRY_S", 0.05)
+    monkeypatch.setattr(ssh_fabric, "HANDSHAKE_BACKOFF_S", 0.05)
+    flaky = DroppingProxy(free_port(), sshd.port, drop=HANDSHAKE_ATTEMPTS + 1)  # the first try's, and one
+    try:
+        cfg = str(_via(flaky, sshd, tmp_path).config)
+        got, tries = repair_actions.ssh_run_again("gpu-01", cfg, ["echo", "ran"], 30)
+        assert (got.exit_code, got.stdout, got.unreachable, tries) == (0, "ran\n", False, 2), got
+        assert flaky.accepted == HANDSHAKE_ATTEMPTS + 2
+        got, tries = repair_actions.ssh_run_again("gpu-01", cfg, ["sh", "-c", "echo in use; exit 255"], 30)
+        assert (got.exit_code, got.stdout, got.unreachable, tries) == (255, "in use\n", False, 1), got
+    finally:
+        flaky.close()
+
+    dead = DroppingProxy(free_port(), sshd.port, drop=10**6)
+    try:
+        got, tries = repair_actions.ssh_run_again("gpu-01", str(_via(dead, sshd, tmp_path).config),
+                                                  ["echo", "ran"], 30)
+    finally:
+        dead.close()
+    assert got.exit_code == SSH_UNREACHABLE and got.unreachable and tries == repair_actions.SSH_TRIES, got
+    assert dead.accepted == repair_actions.SSH_TRIES * HANDSHAKE_ATTEMPTS
+
+
+@pytest.mark.root
+def test_a_command_without_an_answer_in_time_is_sent_again_only_when_it_is_a_read(
+        sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No answer in time: a reset (which may still be running) is not sent again; a clock read is, and the
+    node's next answer is the one kept."""
+    monkeypatch.setattr(repair_actions, "SSH_RETRY_S", 0.05)
+    cfg = str(ssh_config(sshd, tmp_path, sshd.client_key, sshd.known_hosts, {"gpu-01": sshd.port}))
+    mark = tmp_path / "asked"
+    slow_once = ["sh", "-c", f"if [ -e {mark} ]; then echo ran; else touch {mark}; sleep 10; fi"]
+    got, tries = repair_actions.ssh_run_again("gpu-01", cfg, slow_once, 3)
+    assert got.exit_code is None and not got.unreachable and tries == 1, got
+    mark.unlink()
+    got, tries = repair_actions.ssh_run_again("gpu-01", cfg, slow_once, 3, silent_too=True)
+    assert (got.exit_code, got.stdout, tries) == (0, "ran\n", 2), (got, tries)
 
 
 class AuthCutProxy(DroppingProxy):

@@ -203,7 +203,8 @@ def _a_failed_row_remap_is_reset_not_rebooted(lab: RunningLab, log: Path) -> Non
     wait_for(lambda: bool({e["outcome"] for e in events(lab).get("node-03", [])} & {"repaired", "failed"}), 300,
              "node-03's reset", log)
     by = {e["xid"]: e for e in events(lab)["node-03"]}
-    assert by[48]["action"] == "reset-gpu" and {by[48]["outcome"], by[64]["outcome"]} == {"repaired", "covered"}, by
+    assert by[48]["action"] == "reset-gpu" and {by[48]["outcome"], by[64]["outcome"]} == {"repaired", "covered"}, (
+        f"Xid 48: {by[48]['outcome']}: {by[48]['detail']}\n{log.read_text()[-4000:]}")  # why, in full
     assert {n["name"]: n["boots"] for n in lab.status()["nodes"]}["node-03"] == boots["node-03"]  # no reboot
     moves = [h["to"] for h in json.loads(lab.racklife("node", "history", "node-03", "--json").stdout)]
     assert moves[-5:] == ["repairing", "burning_in", "accepted", "joining", "in_service"], moves
