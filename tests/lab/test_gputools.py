@@ -11,6 +11,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -281,6 +282,14 @@ def test_gpu_reset_fails_on_a_lost_gpu_and_while_the_gpus_are_in_use(make_node: 
         proc.kill()
         proc.wait()
     assert tool(busy, "nvidia-smi", "-r")[1] == 0  # the user is gone: its stale mark does not hold the GPUs
+    # A killed tool's mark whose PID the kernel has given to another process: that process started later.
+    users = busy.dir / "gpu-users"
+    (users / str(os.getpid())).write_text("dcgmi\n1\n", encoding="utf-8")
+    assert tool(busy, "nvidia-smi", "-r")[1] == 0 and not list(users.iterdir())
+    started = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    (users / str(os.getpid())).write_text(f"dcgmi\n{started}\n", encoding="utf-8")  # this process's own mark
+    assert tool(busy, "nvidia-smi", "-r")[1] == 255
+    (users / str(os.getpid())).unlink()
     text, rc = tool(busy, "nvidia-smi", "-r", "-q")
     assert rc == 2 and "Invalid combination" in text
 
