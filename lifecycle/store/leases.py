@@ -26,10 +26,10 @@ import socket
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import sqlalchemy as sa
 
+from lifecycle.model.procs import pid_start
 from lifecycle.model.states import State
 from lifecycle.store import db
 from lifecycle.store.store import NodeNotFound, Store
@@ -217,16 +217,6 @@ SERVE_ROLE = "serve"  # the executors of `racklife serve`
 def this_host() -> str:
     """The HOST part of this process's executor id: ``RACKLIFE_EXECUTOR_ID``, else the host name."""
     return os.environ.get("RACKLIFE_EXECUTOR_ID") or socket.gethostname()
-
-
-def pid_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after it.
-    return stat.rpartition(")")[2].split()[19]
 
 
 def executor_alive(ex: Executor, host: str, now: datetime) -> bool:

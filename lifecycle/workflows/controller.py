@@ -41,13 +41,14 @@ from typing import Any, Generic, Protocol, TypeVar, TypeVarTuple, Unpack, cast
 from dbos import DBOS, DBOSClient, EnqueueOptions
 from dbos._utils import INTERNAL_QUEUE_NAME  # the queue DBOS recovers runs through
 
+from lifecycle.model.procs import pid_start
 from lifecycle.store import Store, connect, db, leases, operators, shared_store
 from lifecycle.workflows import engine, leasing, registry
 
 HEARTBEAT_S = 5.0
 HEARTBEAT_TIMEOUT_S = leases.HEARTBEAT_TIMEOUT_S
 SERVE_ROLE = leases.SERVE_ROLE
-pid_start, executor_alive = leases.pid_start, leases.executor_alive
+executor_alive = leases.executor_alive
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 Ts = TypeVarTuple("Ts")

@@ -37,6 +37,7 @@ from typing import Any
 
 from burnin.parsers.xid import instant
 from lifecycle.drivers.bmc.base import PowerAction
+from lifecycle.drivers.errors import TemporaryError
 from lifecycle.model.skus import SKUS
 from lifecycle.model.states import Actor, State
 from lifecycle.store import shared_store
@@ -45,7 +46,7 @@ from lifecycle.workflows.node_cycle import Change, ChangeResult
 from lifecycle.workflows.node_ops import current_run_id
 from lifecycle.workflows.provision import ProvisionSettings
 from lifecycle.workflows.repair_table import RepairAction
-from lifecycle.workflows.retry import step
+from lifecycle.workflows.retry import retrier, step
 from lifecycle.workflows.waiting import waiting
 
 RESET_TIMEOUT_S = 600.0
@@ -119,15 +120,19 @@ def ssh_run(node: str, ssh_config: str, argv: list[str], limit_s: float) -> Answ
     return got[0] if got else Answer(None, "", "no answer", unreachable=True)
 
 
-SSH_TRIES = 4
-SSH_RETRY_S = 3.0
+class _NoAnswer(TemporaryError):
+    """The command's own answer did not come back over SSH; ``answer``: what came instead."""
+
+    def __init__(self, node: str, answer: Answer) -> None:
+        super().__init__(node, answer.stderr.strip()[-200:] or "no answer")
+        self.answer = answer
 
 
 def ssh_run_again(node: str, ssh_config: str, argv: list[str], limit_s: float, *,
                   silent_too: bool = False) -> tuple[Answer, int]:
-    """:func:`ssh_run` for a command that is harmless run twice, tried again (up to :data:`SSH_TRIES`
-    times, :data:`SSH_RETRY_S` more apart each time) while the connection itself failed, and also while
-    no answer came in time when ``silent_too``; the last answer and how many tries it took.
+    """:func:`ssh_run` for a command that is harmless run twice, tried again under the steps' retry policy
+    (:mod:`lifecycle.workflows.retry`) while the connection itself failed, and also while no answer came in
+    time when ``silent_too``; the last answer and how many tries it took.
 
     A drained node under repair is not going down on its own, so an SSH connection that failed (an sshd
     slow under load, a handshake dropped more often than the transport tries it again) is the control
@@ -135,12 +140,20 @@ def ssh_run_again(node: str, ssh_config: str, argv: list[str], limit_s: float, *
     reset. The command's own answer, whatever it says, is never asked again.
     """
     tries = 0
-    while True:
+
+    def once() -> Answer:
+        nonlocal tries
         tries += 1
         got = ssh_run(node, ssh_config, argv, limit_s)
-        if not (got.unreachable or (silent_too and got.exit_code is None)) or tries >= SSH_TRIES:
-            return got, tries
-        time.sleep(SSH_RETRY_S * tries)
+        if got.unreachable or (silent_too and got.exit_code is None):
+            raise _NoAnswer(node, got)
+        return got
+
+    once.__name__ = f"ssh {argv[0]}"  # what the retrier's log lines name
+    try:
+        return retrier().call(once), tries
+    except _NoAnswer as exc:
+        return exc.answer, tries
 
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -209,7 +222,7 @@ def node_clock(node: str, ssh_config: str) -> dict[str, Any]:
     got, tries = ssh_run_again(node, ssh_config, ["date", "--iso-8601=ns"], NODE_CLOCK_S, silent_too=True)
     said = got.stdout.strip()
     if got.exit_code == 0 and instant(said) is not None:
-        return {"now": said, "error": "", "tries": tries}
+        return {"now": said, "error": ""}
     why = f"exit {got.exit_code}" if got.exit_code is not None else "no answer"
     return {"now": None, "tries": tries,
             "error": f"date --iso-8601=ns {why} ({tries} tries): {(said + ' ' + got.stderr).strip()[-200:]!r}"}

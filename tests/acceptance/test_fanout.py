@@ -39,7 +39,7 @@ from acceptance.fanout import (
     to_input,
 )
 from acceptance.ssh_fabric import HANDSHAKE_ATTEMPTS, STALL_GRACE_S, FabricSSH
-from lifecycle.workflows import repair_actions
+from lifecycle.workflows import repair_actions, retry
 
 SSHD = "/usr/sbin/sshd"
 
@@ -368,14 +368,22 @@ def test_a_handshake_cut_off_before_the_banner_is_tried_again_and_a_dead_one_is_
     assert dead.accepted == HANDSHAKE_ATTEMPTS  # tried, and no more
 
 
+@pytest.fixture
+def quick_retries() -> Iterator[retry.Retrier]:
+    """The steps' retry policy (its default attempts) with short waits."""
+    with retry.using(retry.Retrier(retry.RetryPolicy(backoff_s=0.05))) as r:
+        yield r
+
+
 @pytest.mark.root
 def test_a_repair_command_is_sent_again_when_the_connection_failed_never_after_its_own_answer(
-        sshd: Sshd, tmp_path: Path, free_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch) -> None:
+        sshd: Sshd, tmp_path: Path, free_port: Callable[[], int], monkeypatch: pytest.MonkeyPatch,
+        quick_retries: retry.Retrier) -> None:
     """The repair's clock read and GPU reset (harmless run twice) go again when the connection failed more
     often than the transport retries a handshake; the command's own exit status, 255 included (the driver's
     "in use"), is final."""
-    monkeypatch.setattr(repair_actions, "SSH_RETRY_S", 0.05)
     monkeypatch.setattr(ssh_fabric, "HANDSHAKE_BACKOFF_S", 0.05)
+    attempts = quick_retries.policy.attempts
     flaky = DroppingProxy(free_port(), sshd.port, drop=HANDSHAKE_ATTEMPTS + 1)  # the first try's, and one
     try:
         cfg = str(_via(flaky, sshd, tmp_path).config)
@@ -393,16 +401,15 @@ def test_a_repair_command_is_sent_again_when_the_connection_failed_never_after_i
                                                   ["echo", "ran"], 30)
     finally:
         dead.close()
-    assert got.exit_code == SSH_UNREACHABLE and got.unreachable and tries == repair_actions.SSH_TRIES, got
-    assert dead.accepted == repair_actions.SSH_TRIES * HANDSHAKE_ATTEMPTS
+    assert got.exit_code == SSH_UNREACHABLE and got.unreachable and tries == attempts, got
+    assert dead.accepted == attempts * HANDSHAKE_ATTEMPTS
 
 
 @pytest.mark.root
-def test_a_command_without_an_answer_in_time_is_sent_again_only_when_it_is_a_read(
-        sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("quick_retries")
+def test_a_command_without_an_answer_in_time_is_sent_again_only_when_it_is_a_read(sshd: Sshd, tmp_path: Path) -> None:
     """No answer in time: a reset (which may still be running) is not sent again; a clock read is, and the
     node's next answer is the one kept."""
-    monkeypatch.setattr(repair_actions, "SSH_RETRY_S", 0.05)
     cfg = str(ssh_config(sshd, tmp_path, sshd.client_key, sshd.known_hosts, {"gpu-01": sshd.port}))
     mark = tmp_path / "asked"
     slow_once = ["sh", "-c", f"if [ -e {mark} ]; then echo ran; else touch {mark}; sleep 10; fi"]

@@ -11,7 +11,6 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from lifecycle.lab.faults import Fault, clear_faults
 from lifecycle.lab.gputools.cli import run
 from lifecycle.lab.gputools.state import BUSES
 from lifecycle.lab.node import SimNode
+from lifecycle.model.procs import pid_start
 
 MakeNode = Callable[..., SimNode]
 
@@ -286,8 +286,7 @@ def test_gpu_reset_fails_on_a_lost_gpu_and_while_the_gpus_are_in_use(make_node: 
     users = busy.dir / "gpu-users"
     (users / str(os.getpid())).write_text("dcgmi\n1\n", encoding="utf-8")
     assert tool(busy, "nvidia-smi", "-r")[1] == 0 and not list(users.iterdir())
-    started = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    (users / str(os.getpid())).write_text(f"dcgmi\n{started}\n", encoding="utf-8")  # this process's own mark
+    (users / str(os.getpid())).write_text(f"dcgmi\n{pid_start(os.getpid())}\n", encoding="utf-8")  # its own
     assert tool(busy, "nvidia-smi", "-r")[1] == 255
     (users / str(os.getpid())).unlink()
     text, rc = tool(busy, "nvidia-smi", "-r", "-q")

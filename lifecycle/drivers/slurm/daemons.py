@@ -40,6 +40,7 @@ from typing import Literal
 from lifecycle.drivers.errors import NotSupported, OperationFailed, Unreachable
 from lifecycle.drivers.slurm.runner import Runner
 from lifecycle.model import vocab
+from lifecycle.model.procs import pid_start
 
 DAEMON_CMD_ENV = "RACKLIFE_SLURM_DAEMON_CMD"
 VERSION_ENV = "RACKLIFE_SLURM_VERSION"
@@ -141,7 +142,7 @@ class DaemonHook:
         except (OSError, ValueError):
             return None
         deadline = time.monotonic() + self.timeout_s
-        while _started(pid) == started.strip():
+        while pid_start(pid) == started.strip():  # a reused pid has another start time
             if time.monotonic() > deadline:
                 raise Unreachable(node or daemon, f"an earlier restart of {daemon} (pid {pid}) still runs after "
                                                   f"{self.timeout_s:.0f}s")
@@ -166,7 +167,7 @@ class DaemonHook:
         try:
             if mark is not None:
                 mark.parent.mkdir(parents=True, exist_ok=True)
-                mark.write_text(f"{proc.pid} {_started(proc.pid)}")
+                mark.write_text(f"{proc.pid} {pid_start(proc.pid) or ''}")
             try:
                 out, err = proc.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
@@ -185,11 +186,3 @@ class DaemonHook:
         return out.strip()
 
 
-def _started(pid: int) -> str:
-    """A process's start time (clock ticks after boot; "" when it is gone), so a reused pid is not taken
-    for the process that had it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from lifecycle.lab.faults import clear_faults
 from lifecycle.lab.gputools.state import Gpu, load
+from lifecycle.model.procs import pid_start
 
 IN_USE = 255
 GPU_IS_LOST = 15
@@ -55,38 +56,27 @@ def using_gpus(node_dir: Path, tool: str) -> Iterator[None]:
     users.mkdir(exist_ok=True)
     pid = os.getpid()
     mark = users / str(pid)
-    mark.write_text(f"{tool}\n{_started(pid) or ''}\n", encoding="utf-8")
+    mark.write_text(f"{tool}\n{pid_start(pid) or ''}\n", encoding="utf-8")
     try:
         yield
     finally:
         mark.unlink(missing_ok=True)
 
 
-def _started(pid: int) -> str | None:
-    """When the process ``pid`` started (``/proc/PID/stat``'s starttime, in clock ticks since boot), or None
-    when there is no such process. A PID alone names a process only while it lives: a tool killed without
-    its ``finally`` (SIGKILL, or SIGTERM/SIGHUP to Python) leaves its mark, and once the kernel hands its
-    PID to another process (``pid_max`` is 32768 on many hosts) that mark would hold the GPUs for ever."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the command name, in parentheses, may hold spaces
-    return fields[19] if len(fields) > 19 else None
-
-
 def live_users(node_dir: Path) -> list[str]:
     """The tools running on the node's GPUs now; a mark whose process is gone, or whose PID another
-    process has since been given (another start time), is stale and removed."""
+    process has since been given (another start time: a tool killed before its ``finally``, by SIGKILL or
+    a SIGTERM or SIGHUP Python does not catch, leaves its mark), is stale and removed."""
     users = node_dir / USERS_DIR
     out = []
     for mark in sorted(users.iterdir()) if users.is_dir() else []:
         try:
             tool, _, started = mark.read_text(encoding="utf-8").partition("\n")
-            now = _started(int(mark.name))
+            now = pid_start(int(mark.name))
         except (ValueError, FileNotFoundError):
             now = None
-        if now is None or (started.strip() and started.strip() != now):
+        started = started.strip()
+        if now is None or (started and started != now):
             mark.unlink(missing_ok=True)
             continue
         out.append(tool.strip() or mark.name)
